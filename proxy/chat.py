@@ -1,0 +1,162 @@
+"""What one chat request asks of compaction: the fields it reads, its budget, the body to forward.
+
+Pure: bytes and dicts in, bytes and dicts out. The body is kept as parsed JSON and only the fields
+compaction needs are validated, so unknown fields and vendor extensions pass through untouched;
+when nothing changes the original bytes are forwarded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.compaction import Budget, CompactionResult, Policy, compact
+from proxy.errors import ProxyError
+from proxy.settings import ModelWindow, Settings
+from proxy.tokens import RequestCounter
+
+Body = dict[str, Any]
+
+
+def parse_json_object(raw: bytes) -> Body:
+    """The request body as a JSON object, or a 400 that says what is wrong with it."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        try:  # orjson refuses integers beyond 64 bits; the standard library does not
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise ProxyError(
+                400, f"The request body is not valid JSON: {exc}.", code="invalid_json"
+            ) from None
+    if not isinstance(body, dict):
+        raise ProxyError(400, "The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def dump_json(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def validated_messages(body: Body) -> list[dict[str, Any]]:
+    """`messages` as compaction needs it: a list of objects, each with a string `role`."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise ProxyError(
+            400, "'messages' is required and must be an array of message objects.", param="messages"
+        )
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ProxyError(400, f"messages[{i}] must be an object.", param=f"messages[{i}]")
+        if not isinstance(message.get("role"), str):
+            raise ProxyError(400, f"messages[{i}].role must be a string.", param=f"messages[{i}].role")
+        tool_calls = message.get("tool_calls")
+        if tool_calls is not None and not isinstance(tool_calls, list):
+            raise ProxyError(
+                400, f"messages[{i}].tool_calls must be an array.", param=f"messages[{i}].tool_calls"
+            )
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ProxyError(400, "'model' must be a string.", param="model")
+    return messages
+
+
+def reply_room(body: Body, window: ModelWindow) -> int:
+    """Tokens to keep free for the answer: what the request asks for, else the configured reserve."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return window.reply_reserve
+
+
+def budget_for(body: Body, window: ModelWindow, counter: RequestCounter) -> Budget:
+    """The line is window * threshold, and never closer to the window than the reply needs."""
+    limit = max(0, min(int(window.window * window.threshold), window.window - reply_room(body, window)))
+    target = int(limit * window.target / window.threshold)
+    return Budget(limit=limit, target=target, fixed=counter.fixed(body))
+
+
+@dataclass(frozen=True, slots=True)
+class ChatPlan:
+    model: str
+    window: ModelWindow
+    budget: Budget
+    result: CompactionResult
+
+    def body_bytes(self, raw: bytes, body: Body) -> bytes:
+        """What to forward: the original bytes when nothing changed, else the body with new messages."""
+        return dump_json({**body, "messages": self.result.messages}) if self.result.changed else raw
+
+    def headers(self) -> dict[str, str]:
+        """`x-compaction-*` response headers, on compacted requests only."""
+        result = self.result
+        if not result.changed and not result.overflow:
+            return {}
+        headers = {
+            "x-compaction-tokens-before": str(result.tokens_before),
+            "x-compaction-tokens-after": str(result.tokens_after),
+            "x-compaction-truncated": str(len(result.truncated)),
+            "x-compaction-dropped": str(len(result.dropped)),
+        }
+        if result.overflow:
+            headers["x-compaction-overflow"] = "true"
+        return headers
+
+    def report(self) -> dict[str, Any]:
+        result = self.result
+        return {
+            "model": self.model,
+            "window": self.window.window,
+            "limit": self.budget.limit,
+            "target": self.budget.target,
+            "tokens_before": result.tokens_before,
+            "tokens_after": result.tokens_after,
+            "compacted": result.changed,
+            "level": result.level,
+            "truncated": list(result.truncated),
+            "dropped": list(result.dropped),
+            "protected_dropped": result.protected_dropped,
+            "overflow": result.overflow,
+        }
+
+    def summary(self) -> str:
+        """The one log line of a compaction."""
+        r = self.result
+        return (
+            f"Context optimized: model={self.model or '-'} tokens {r.tokens_before} -> {r.tokens_after} "
+            f"(line {self.budget.limit}, window {self.window.window}): truncated {len(r.truncated)} tool "
+            f"results, dropped {len(r.dropped)} messages" + (", still over the line" if r.overflow else "")
+        )
+
+
+def plan_chat(body: Body, settings: Settings, counter: RequestCounter) -> ChatPlan:
+    messages = validated_messages(body)
+    model = body.get("model") or ""
+    window = settings.window_for(model)
+    budget = budget_for(body, window, counter)
+    policy = Policy(
+        keep_recent_turns=window.keep_recent_turns,
+        protected_tools=settings.protected_tools,
+        preview_chars=settings.preview_chars,
+    )
+    return ChatPlan(model, window, budget, compact(messages, budget, counter.message, policy))
+
+
+def context_length_error(plan: ChatPlan) -> ProxyError:
+    r = plan.result
+    return ProxyError(
+        400,
+        f"This model's maximum context length is {plan.window.window} tokens. However, your messages "
+        f"resulted in about {r.tokens_after} tokens after compaction (the line is {plan.budget.limit}), "
+        "and the protected recent part cannot be compacted further. Please reduce the length of the "
+        "messages.",
+        code="context_length_exceeded",
+        param="messages",
+    )

@@ -1,0 +1,88 @@
+"""The `compacting-proxy` command: serve the proxy with uvicorn, or replay the built-in demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from proxy import __version__
+from proxy.settings import Settings, describe_validation_error
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="compacting-proxy",
+        description="A transparent OpenAI-compatible proxy that compacts long chats before they "
+        "overflow the model's context window. Configured with COMPACT_* environment variables.",
+    )
+    parser.add_argument("--version", action="version", version=f"compacting-proxy {__version__}")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (default: 1)")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
+    parser.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
+    parser.add_argument("--env-file", help="read COMPACT_* settings from this file (default: ./.env)")
+    parser.add_argument(
+        "--timeout-graceful-shutdown",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long open requests and streams may take to finish (default: 30)",
+    )
+    parser.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        help="trust X-Forwarded-* headers from these addresses (uvicorn's option; default: 127.0.0.1)",
+    )
+    sub = parser.add_subparsers(dest="command")
+    demo = sub.add_parser(
+        "demo", help="replay a long chat through the proxy against a built-in stub upstream"
+    )
+    demo.add_argument("--turns", type=int, default=12, help="user requests to replay (default: 12)")
+    demo.add_argument("--window", type=int, default=8000, help="the stub model's window (default: 8000)")
+    return parser.parse_args(argv)
+
+
+def load_settings(env_file: str | None) -> Settings:
+    try:
+        return Settings(_env_file=env_file) if env_file else Settings()  # type: ignore[call-arg]
+    except ValidationError as exc:
+        print(f"compacting-proxy: {describe_validation_error(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.command == "demo":
+        from proxy.demo import run_demo
+
+        run_demo(turns=args.turns, window=args.window)
+        return
+
+    import uvicorn
+
+    from proxy.logs import log_config
+
+    load_settings(args.env_file)  # fail fast, in the parent, with a readable message
+    if args.env_file:
+        import os
+
+        os.environ["COMPACT_ENV_FILE"] = args.env_file
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "workers": args.workers,
+        "log_level": args.log_level,
+        "log_config": log_config(args.log_level),
+        "access_log": not args.no_access_log,
+        "timeout_graceful_shutdown": args.timeout_graceful_shutdown,
+        "factory": True,
+    }
+    if args.forwarded_allow_ips:
+        options["forwarded_allow_ips"] = args.forwarded_allow_ips
+    uvicorn.run("proxy.app:app_from_env", **options)

@@ -1,0 +1,120 @@
+"""The one-line note that replaces an old tool result (level 1), and the marker for dropped turns.
+
+A note keeps what the next turn most likely needs, within a small budget: which tool was called
+with which arguments, how big its result was, the head of the result, and the identifiers in it
+(order and part numbers, ids, amounts, dates, error lines), since a plain preview loses every fact
+past its first 150 characters. Pure and deterministic: the same result always gives the same note,
+so a compacted prefix stays byte-identical from one turn to the next.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+NOTE_PREFIX = "[Truncated to save context:"
+DROPPED_PREFIX = "[Earlier conversation dropped to save context:"
+
+ARGUMENT_CHARS = 120
+FACT_CHARS = 240
+
+_SPACE = re.compile(r"\s+")
+# Keys whose values are facts a later turn asks about again.
+_FACT_KEY = re.compile(
+    r"(?:^|_)(?:id|ids|no|number|num|code|sku|part|order|invoice|ref|reference|serial|tracking|price|"
+    r"amount|total|cost|balance|qty|quantity|stock|status|state|date|due|eta|error|email|phone|name|"
+    r"title|version|account|user|customer)s?$",
+    re.IGNORECASE,
+)
+_AMOUNT = r"[$€£¥]\s?\d[\d,]*(?:\.\d+)?|\d[\d,]*(?:\.\d+)?\s?(?:USD|EUR|GBP|CNY|JPY|RMB|元)"
+# Words with a digit in them: order numbers, part numbers, ids, versions, dates.
+_IDENTIFIER = r"#?[A-Za-z0-9][A-Za-z0-9_\-./:]*\d[A-Za-z0-9_\-./:]*"
+_FACT_TOKEN = re.compile(rf"(?:{_AMOUNT})|(?<![\w#])(?:{_IDENTIFIER})")
+_ERROR_LINE = re.compile(r"^.*\b(?:error|exception|failed|failure|fatal|traceback|denied)\b.*$", re.I | re.M)
+
+
+def is_note(content: Any) -> bool:
+    """Whether a content value is already a note (notes are never truncated again)."""
+    return isinstance(content, str) and content.startswith(NOTE_PREFIX)
+
+
+def is_dropped_marker(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, str) and content.startswith(DROPPED_PREFIX)
+
+
+def dropped_marker(count: int) -> dict[str, Any]:
+    """What stands where whole exchanges were dropped, so the model knows something is missing and
+    strict templates still see a user turn answered by an assistant turn."""
+    noun = "message" if count == 1 else "messages"
+    return {"role": "assistant", "content": f"{DROPPED_PREFIX} {count} earlier {noun}.]"}
+
+
+def build_note(text: str, *, tool: str | None, arguments: str | None, preview_chars: int = 150) -> str:
+    """The note that stands in for a tool result whose plain text is `text`."""
+    call = f"{tool or 'tool'}({_shorten(_compact_json(arguments or ''), ARGUMENT_CHARS)})"
+    preview = _shorten(_SPACE.sub(" ", text[: preview_chars * 4]).strip(), preview_chars)
+    facts = _pick_facts(text, preview)
+    kept = f" Kept: {'; '.join(facts)}." if facts else ""
+    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars. Preview: {preview}{kept}]"
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit].rstrip() + "…"
+
+
+def _compact_json(text: str) -> str:
+    try:
+        return orjson.dumps(orjson.loads(text)).decode()
+    except (orjson.JSONDecodeError, TypeError):
+        return _SPACE.sub(" ", text).strip()
+
+
+def _pick_facts(text: str, preview: str) -> list[str]:
+    """Facts from `text` not already in the preview, oldest first, within the fact budget."""
+    facts: list[str] = []
+    used = 0
+    seen: set[str] = set()
+    for fact in _facts(text):
+        if fact in seen or fact.rpartition("=")[2] in preview:
+            continue
+        seen.add(fact)
+        if used + len(fact) + 2 > FACT_CHARS:
+            break
+        facts.append(fact)
+        used += len(fact) + 2
+    return facts
+
+
+def _facts(text: str) -> Iterator[str]:
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        try:
+            yield from _json_facts(orjson.loads(stripped))
+            return
+        except orjson.JSONDecodeError:
+            pass
+    for line in _ERROR_LINE.findall(text, 0, 200_000)[:2]:
+        yield _shorten(line.strip(), 100)
+    for match in _FACT_TOKEN.finditer(text):
+        yield match.group(0).rstrip(".:/-")
+
+
+def _json_facts(value: Any, key: str = "") -> Iterator[str]:
+    if isinstance(value, dict):
+        for child_key, child in value.items():
+            yield from _json_facts(child, str(child_key))
+    elif isinstance(value, list):
+        for child in value:
+            yield from _json_facts(child, key)
+    elif value is not None and (not isinstance(value, bool) or _FACT_KEY.search(key)):
+        rendered = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if len(rendered) > 60:
+            if _ERROR_LINE.search(rendered):
+                yield f"{key}={_shorten(rendered, 100)}" if key else _shorten(rendered, 100)
+            return
+        if (key and _FACT_KEY.search(key)) or any(ch.isdigit() for ch in rendered):
+            yield f"{key}={rendered}" if key else rendered

@@ -1,0 +1,149 @@
+"""The proxy's one configuration object, read from `COMPACT_*` environment variables or a `.env` file.
+
+Per-model overrides come from two variables that are merged: `COMPACT_MODELS` (JSON, any knob) and
+`COMPACT_MODEL_WINDOWS` (the short form for the common case, `"llama3.1:8b=8192,gpt-4o*=128000"`).
+Keys are model names or glob patterns; an exact name beats a pattern, a longer pattern a shorter one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "COMPACT_"
+
+
+class ModelOverride(BaseModel):
+    """Knobs one model (or one glob of models) sets differently from the defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: int | None = Field(default=None, gt=0)
+    threshold: float | None = Field(default=None, gt=0, le=1)
+    target: float | None = Field(default=None, gt=0, le=1)
+    keep_recent_turns: int | None = Field(default=None, ge=1)
+    reply_reserve: int | None = Field(default=None, ge=0)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelWindow:
+    """The resolved knobs for one model: its window, its line and what compaction aims for."""
+
+    window: int
+    threshold: float
+    target: float
+    keep_recent_turns: int
+    reply_reserve: int
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+    )
+
+    upstream_url: str = "http://localhost:11434/v1"
+    upstream_api_key: SecretStr | None = None
+
+    window: int = Field(default=8192, gt=0)
+    threshold: float = Field(default=0.8, gt=0, le=1)
+    target: float = Field(default=0.6, gt=0, le=1)
+    keep_recent_turns: int = Field(default=2, ge=1)
+    reply_reserve: int = Field(default=1024, ge=0)
+    models: dict[str, ModelOverride] = Field(default_factory=dict)
+    model_windows: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
+    overflow: Literal["forward", "reject"] = "forward"
+
+    protected_tools: Annotated[tuple[str, ...], NoDecode] = ()
+    preview_chars: int = Field(default=150, ge=0)
+    image_tokens: int = Field(default=768, ge=0)
+
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_timeout: float = Field(default=600.0, gt=0)
+    write_timeout: float = Field(default=60.0, gt=0)
+    pool_timeout: float = Field(default=30.0, gt=0)
+    max_connections: int = Field(default=512, ge=1)
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _check_upstream_url(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL, e.g. http://localhost:11434/v1")
+        return value
+
+    @field_validator("model_windows", mode="before")
+    @classmethod
+    def _parse_model_windows(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        windows: dict[str, int] = {}
+        for item in filter(None, (part.strip() for part in value.split(","))):
+            name, sep, size = item.rpartition("=")
+            if not sep or not name.strip() or not size.strip().isdigit() or int(size) <= 0:
+                raise ValueError(f"expected NAME=TOKENS pairs separated by commas, got {item!r}")
+            windows[name.strip()] = int(size)
+        return windows
+
+    @field_validator("protected_tools", mode="before")
+    @classmethod
+    def _parse_names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(filter(None, (part.strip() for part in value.split(","))))
+        return value
+
+    @model_validator(mode="after")
+    def _check_target(self) -> Settings:
+        if self.target > self.threshold:
+            raise ValueError(f"target ({self.target}) must not exceed threshold ({self.threshold})")
+        return self
+
+    def override_for(self, model: str) -> ModelOverride:
+        """The override that applies to `model`: exact name first, else the longest matching glob."""
+        merged = self._merged_overrides()
+        if model in merged:
+            return merged[model]
+        patterns = [key for key in merged if fnmatch.fnmatchcase(model, key)]
+        return merged[max(patterns, key=len)] if patterns else ModelOverride()
+
+    def window_for(self, model: str) -> ModelWindow:
+        """Every knob for `model`, its override laid over the defaults."""
+        o = self.override_for(model)
+        threshold = self.threshold if o.threshold is None else o.threshold
+        return ModelWindow(
+            window=self.window if o.window is None else o.window,
+            threshold=threshold,
+            target=min(threshold, self.target if o.target is None else o.target),
+            keep_recent_turns=self.keep_recent_turns if o.keep_recent_turns is None else o.keep_recent_turns,
+            reply_reserve=self.reply_reserve if o.reply_reserve is None else o.reply_reserve,
+        )
+
+    def _merged_overrides(self) -> dict[str, ModelOverride]:
+        merged = {name: ModelOverride(window=size) for name, size in self.model_windows.items()}
+        for name, override in self.models.items():
+            base = merged.get(name, ModelOverride())
+            merged[name] = base.model_copy(update=override.model_dump(exclude_none=True))
+        return merged
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per problem, each naming the environment variable a user has to fix."""
+    lines = []
+    for problem in error.errors():
+        loc = [str(part) for part in problem.get("loc", ())]
+        variable = ENV_PREFIX + loc[0].upper() if loc else "configuration"
+        where = f" (at {'.'.join(loc[1:])})" if len(loc) > 1 else ""
+        lines.append(f"{variable}{where}: {problem['msg']}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)

@@ -1,0 +1,180 @@
+"""Forwarding to the one configured upstream: URLs, headers, errors and streamed responses.
+
+All I/O goes through the injected `httpx.AsyncClient`, so tests swap its transport instead of
+patching. Response bodies are passed on as raw bytes (`aiter_raw`) with their `content-encoding`,
+so what the upstream sent is what the client gets. Upstream 4xx/5xx are responses, not exceptions;
+only transport failures become errors, mapped once in `map_transport_errors`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+
+import httpx
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from proxy.errors import ProxyError, error_body
+from proxy.settings import Settings
+
+log = logging.getLogger("proxy.upstream")
+
+RawHeaders = Sequence[tuple[bytes, bytes]]
+
+# Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those httpx recomputes.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+        b"content-length",
+    }
+)
+
+
+def build_client(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+    """The shared client for the lifetime of the app: pooled keep-alive connections, no retries."""
+    timeout = httpx.Timeout(
+        connect=settings.connect_timeout,
+        read=settings.read_timeout,
+        write=settings.write_timeout,
+        pool=settings.pool_timeout,
+    )
+    limits = httpx.Limits(
+        max_connections=settings.max_connections,
+        max_keepalive_connections=settings.max_connections,
+        keepalive_expiry=30,
+    )
+    return httpx.AsyncClient(
+        transport=transport or httpx.AsyncHTTPTransport(limits=limits, retries=0),
+        timeout=timeout,
+        limits=limits,
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+@contextmanager
+def map_transport_errors() -> Iterator[None]:
+    """Turn a failure to reach or hear from the upstream into a 502 or 504 the client can read."""
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise ProxyError(
+            504,
+            f"The upstream did not answer in time ({type(exc).__name__}).",
+            type="upstream_error",
+            code="upstream_timeout",
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise ProxyError(
+            502,
+            f"The upstream could not be reached ({type(exc).__name__}: {exc}).",
+            type="upstream_error",
+            code="upstream_unreachable",
+        ) from exc
+
+
+class Upstream:
+    """The upstream server: where a client's path goes and with which headers."""
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.authorization = f"Bearer {api_key}".encode() if api_key else None
+
+    def url(self, path: str, query: bytes = b"") -> str:
+        """The upstream URL for `path`, relative to the upstream's base (e.g. `/chat/completions`)."""
+        url = self.base_url + path
+        return f"{url}?{query.decode('latin-1')}" if query else url
+
+    def request_headers(self, incoming: RawHeaders) -> list[tuple[bytes, bytes]]:
+        headers = [
+            (name, value)
+            for name, value in incoming
+            if (lower := name.lower()) not in HOP_BY_HOP
+            and not (self.authorization and lower == b"authorization")
+        ]
+        if self.authorization:
+            headers.append((b"authorization", self.authorization))
+        return headers
+
+    async def open(self, method: str, url: str, headers: RawHeaders, content: bytes) -> httpx.Response:
+        """Send a request and return the response with its body still unread."""
+        request = self.client.build_request(method, url, headers=list(headers), content=content)
+        with map_transport_errors():
+            return await self.client.send(request, stream=True)
+
+
+def response_headers(
+    response: httpx.Response, extra: dict[str, str] | None = None
+) -> list[tuple[bytes, bytes]]:
+    headers = [(name, value) for name, value in response.headers.raw if name.lower() not in HOP_BY_HOP]
+    headers.extend((name.encode(), value.encode()) for name, value in (extra or {}).items())
+    return headers
+
+
+async def read_raw(response: httpx.Response) -> bytes:
+    """The whole body as sent (still content-encoded), the response closed afterwards."""
+    try:
+        with map_transport_errors():
+            return b"".join([chunk async for chunk in response.aiter_raw()])
+    finally:
+        await response.aclose()
+
+
+def buffered_response(response: httpx.Response, body: bytes, extra: dict[str, str] | None = None) -> Response:
+    forwarded = Response(body, status_code=response.status_code)
+    forwarded.raw_headers = [*response_headers(response, extra), (b"content-length", str(len(body)).encode())]
+    return forwarded
+
+
+class StreamedResponse(StreamingResponse):
+    """The upstream's body passed on chunk by chunk as it arrives. The upstream response is closed
+    when the client has it all, disconnects, or the upstream fails."""
+
+    def __init__(self, response: httpx.Response, extra: dict[str, str] | None = None) -> None:
+        super().__init__(self._relay(response), status_code=response.status_code)
+        self.raw_headers = response_headers(response, extra)
+        self.upstream = response
+        content_type = response.headers.get("content-type", "")
+        self.is_sse = (
+            content_type.startswith("text/event-stream") and "content-encoding" not in response.headers
+        )
+
+    async def _relay(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:
+            log.warning("upstream stream failed after the response began: %s: %s", type(exc).__name__, exc)
+            if not self.is_sse:
+                raise
+            # The status line is gone already: say so inside the stream, where SDKs look for errors.
+            message = f"The upstream stream broke off ({type(exc).__name__})."
+            yield (
+                b"\n\ndata: "
+                + error_body(message, type="upstream_error", code="upstream_stream_error")
+                + b"\n\n"
+            )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.upstream.aclose()
+
+
+def is_event_stream(response: httpx.Response) -> bool:
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.startswith("text/event-stream")
