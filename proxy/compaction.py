@@ -252,22 +252,24 @@ class _Replay:
 
     def _result(self, before: int) -> CompactionResult:
         out: list[Message] = []
+        after = self.acc
         run = 0
         for i, message in enumerate(self.messages):
             if self.dropped[i]:
                 run += 1
                 continue
             if run:
-                out.append(dropped_marker(run))
+                out.append(marker := dropped_marker(run))
+                after += self.count(marker) - self.marker_cost  # the real marker, not its upper bound
                 run = 0
             out.append({**message, "content": self.notes[i]} if i in self.notes else message)
         return CompactionResult(
             messages=out,
             tokens_before=before,
-            tokens_after=self.acc,
+            tokens_after=after,
             limit=self.budget.limit,
             truncated=tuple(sorted(i for i in self.notes if not self.dropped[i])),
             dropped=tuple(i for i, gone in enumerate(self.dropped) if gone),
             protected_dropped=self.protected_dropped,
-            overflow=self.acc > self.budget.limit,
+            overflow=after > self.budget.limit,
         )

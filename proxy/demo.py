@@ -75,7 +75,9 @@ async def replay(turns: int, window: int) -> None:
             h = response.headers
             before = h.get("x-compaction-tokens-before")
             tokens = f"{before} -> {h['x-compaction-tokens-after']}" if before else "under the line"
-            status = "ok" if response.is_success else f"{response.status_code} {response.json()['error']['code']}"
+            status = (
+                "ok" if response.is_success else f"{response.status_code} {response.json()['error']['code']}"
+            )
             print(
                 f"{turn:>4} {step:>4} {len(history):>8} {tokens:>15} "
                 f"{h.get('x-compaction-truncated', '-'):>9} {h.get('x-compaction-dropped', '-'):>7}  {status}"

@@ -69,8 +69,16 @@ def create_stub(window: int = 8192, *, chunk_delay: float = 0.0) -> Starlette:
             )
         message = reply_for(body)
         completion_tokens = max(1, len(json_text(message)) // 4)
-        usage = {"prompt_tokens": used, "completion_tokens": completion_tokens, "total_tokens": used + completion_tokens}
-        base = {"id": f"chatcmpl-stub-{next(ids)}", "created": int(time.time()), "model": body.get("model", "stub")}
+        usage = {
+            "prompt_tokens": used,
+            "completion_tokens": completion_tokens,
+            "total_tokens": used + completion_tokens,
+        }
+        base = {
+            "id": f"chatcmpl-stub-{next(ids)}",
+            "created": int(time.time()),
+            "model": body.get("model", "stub"),
+        }
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -109,7 +117,9 @@ async def _chunks(
             yield event({"content": word + " "})
     yield event({}, finish)
     if usage:
-        yield b"data: " + orjson.dumps({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+        yield b"data: " + orjson.dumps(
+            {**base, "object": "chat.completion.chunk", "choices": [], "usage": usage}
+        )
         yield b"\n\n"
     yield b"data: [DONE]\n\n"
 

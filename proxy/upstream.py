@@ -124,11 +124,23 @@ def response_headers(
     return headers
 
 
+def raw_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body as sent, still content-encoded. (A response made with its content already read, as
+    mock transports make them, has only its decoded content left.)"""
+    if response.is_stream_consumed:
+        return _single(response.content)
+    return response.aiter_raw()
+
+
+async def _single(content: bytes) -> AsyncIterator[bytes]:
+    yield content
+
+
 async def read_raw(response: httpx.Response) -> bytes:
-    """The whole body as sent (still content-encoded), the response closed afterwards."""
+    """The whole body as sent, the response closed afterwards."""
     try:
         with map_transport_errors():
-            return b"".join([chunk async for chunk in response.aiter_raw()])
+            return b"".join([chunk async for chunk in raw_chunks(response)])
     finally:
         await response.aclose()
 
@@ -154,7 +166,7 @@ class StreamedResponse(StreamingResponse):
 
     async def _relay(self, response: httpx.Response) -> AsyncIterator[bytes]:
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in raw_chunks(response):
                 yield chunk
         except httpx.HTTPError as exc:
             log.warning("upstream stream failed after the response began: %s: %s", type(exc).__name__, exc)

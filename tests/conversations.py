@@ -1,0 +1,70 @@
+"""Conversations the tests compact: the pattern's bike-shop chat and a generator of agent chats."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+Message = dict[str, Any]
+
+SYSTEM = "You are the support assistant of a bike shop."
+
+
+def order_result(order: int, items: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    lines = [
+        {
+            "sku": f"BW-{rng.randint(1000, 9999)}",
+            "name": rng.choice(["front wheel 700c", "rear wheel", "tyre", "brake pad", "bell"]),
+            "price": round(rng.uniform(5, 400), 2),
+            "stock": rng.randint(0, 40),
+        }
+        for _ in range(items)
+    ]
+    return json.dumps({"order": order, "status": "delivered", "carrier": "DHL", "items": lines})
+
+
+def tool_call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def bike_shop_chat(items: int = 200) -> list[Message]:
+    """The pattern's chat: three requests, each answered with the help of a big tool result."""
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Hi! My order #4471 came with a bent front wheel. Can you help?"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("call_1", "get_order", order=4471)]},
+        {"role": "tool", "tool_call_id": "call_1", "content": order_result(4471, items, seed=1)},
+        {"role": "assistant", "content": "I'm sorry about that! Order #4471 shipped a 700c front wheel."},
+        {"role": "user", "content": "Is that same wheel in stock?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [tool_call("call_2", "search_parts", query="700c")],
+        },
+        {"role": "tool", "tool_call_id": "call_2", "content": order_result(0, items, seed=2)},
+        {"role": "assistant", "content": "Yes, the 700c front wheel BW-2231 is in stock."},
+        {"role": "user", "content": "Great. Open a return for my order and ship me the new wheel."},
+    ]
+
+
+def agent_chat(turns: int, *, seed: int = 0, result_items: int = 30, parallel: int = 2) -> list[Message]:
+    """A tool-heavy agent chat: each user request is answered after rounds of parallel tool calls."""
+    rng = random.Random(seed)
+    messages: list[Message] = [{"role": "system", "content": SYSTEM}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"Request {turn}: please look at order #{4400 + turn}."})
+        for step in range(rng.randint(0, 2)):
+            calls = [
+                tool_call(
+                    f"call_{turn}_{step}_{k}", rng.choice(["get_order", "search_parts"]), order=4400 + turn
+                )
+                for k in range(rng.randint(1, parallel))
+            ]
+            messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+            for call in calls:
+                content = order_result(4400 + turn, rng.randint(1, result_items), seed=rng.random())
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+        messages.append({"role": "assistant", "content": f"Here is what I found for request {turn}."})
+    return messages

@@ -1,0 +1,101 @@
+"""Fakes for the upstream side: a recording upstream behind httpx.MockTransport, and SSE builders."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from proxy.app import create_app
+from proxy.settings import Settings
+
+UPSTREAM = "http://upstream.test/v1"
+
+
+def completion(content: str = "Hello!", prompt_tokens: int = 10) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 2, "total_tokens": prompt_tokens + 2},
+    }
+
+
+def sse_chunks(words: list[str]) -> list[bytes]:
+    chunks = []
+    for word in words:
+        delta = {"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+        chunks.append(
+            b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", **delta}).encode() + b"\n\n"
+        )
+    chunks.append(b"data: [DONE]\n\n")
+    return chunks
+
+
+class ClosingStream(httpx.AsyncByteStream):
+    """A streamed body that records whether the proxy closed it."""
+
+    def __init__(self, chunks: list[bytes], fail_after: int | None = None) -> None:
+        self.chunks = chunks
+        self.fail_after = fail_after
+        self.closed = False
+        self.sent = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            if self.fail_after is not None and self.sent >= self.fail_after:
+                raise httpx.ReadError("connection reset by peer")
+            self.sent += 1
+            yield chunk
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class RecordingUpstream:
+    """Answers like an OpenAI-compatible server and keeps every request it received."""
+
+    respond: Callable[[httpx.Request], httpx.Response] | None = None
+    requests: list[httpx.Request] = field(default_factory=list)
+    streams: list[ClosingStream] = field(default_factory=list)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if self.respond:
+            return self.respond(request)
+        if request.url.path.endswith("/chat/completions"):
+            body = json.loads(request.content)
+            if body.get("stream"):
+                stream = ClosingStream(sse_chunks(["Hel", "lo", "!"]))
+                self.streams.append(stream)
+                return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+            return httpx.Response(200, json=completion())
+        return httpx.Response(200, json={"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    @property
+    def last(self) -> httpx.Request:
+        return self.requests[-1]
+
+    def last_json(self) -> Any:
+        return json.loads(self.last.content)
+
+
+def make_settings(**overrides: Any) -> Settings:
+    return Settings(_env_file=None, upstream_url=UPSTREAM, **overrides)  # type: ignore[call-arg]
+
+
+def proxy_client(
+    upstream: RecordingUpstream | httpx.AsyncBaseTransport, **overrides: Any
+) -> httpx.AsyncClient:
+    """An httpx client talking in-process to a proxy app whose upstream is `upstream`."""
+    transport = upstream if isinstance(upstream, httpx.AsyncBaseTransport) else httpx.MockTransport(upstream)
+    app = create_app(make_settings(**overrides), client=httpx.AsyncClient(transport=transport))
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy.test")

@@ -1,0 +1,282 @@
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.compaction import Budget, CompactionResult, Policy, compact
+from proxy.notes import DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
+from proxy.tokens import RequestCounter, count_chars4
+from tests.conversations import SYSTEM, agent_chat, bike_shop_chat, order_result, tool_call
+
+count = RequestCounter(count_chars4).message
+
+
+def window_budget(window: int, threshold: float = 0.8, target: float = 0.6) -> Budget:
+    return Budget(limit=int(window * threshold), target=int(window * target))
+
+
+def total(messages: list[dict[str, Any]]) -> int:
+    return sum(count(m) for m in messages)
+
+
+def run(messages: list[dict[str, Any]], budget: Budget, **policy: Any) -> CompactionResult:
+    return compact(messages, budget, count, Policy(**policy))
+
+
+# The pattern's bike-shop chat with an 8,000-token window.
+
+
+def test_below_the_line_nothing_changes() -> None:
+    chat = bike_shop_chat(items=10)
+    result = run(chat, window_budget(8000))
+    assert not result.changed
+    assert result.tokens_before == result.tokens_after == total(chat)
+    assert all(a is b for a, b in zip(result.messages, chat, strict=True))
+
+
+def test_bike_shop_truncates_the_oldest_tool_result_first() -> None:
+    chat = bike_shop_chat()
+    original = copy.deepcopy(chat)
+    budget = window_budget(8000)
+    assert total(chat) > budget.limit
+    result = run(chat, budget)
+    assert chat == original, "the input must not be mutated"
+    assert result.truncated == (3,) and result.dropped == ()
+    assert result.tokens_after <= budget.limit
+    note = result.messages[3]["content"]
+    assert note.startswith(NOTE_PREFIX)
+    assert "get_order" in note and "4471" in note and f"{len(original[3]['content']):,} chars" in note
+    assert result.messages[3]["tool_call_id"] == "call_1"
+    # The system prompt, the first request and the last two requests with what follows are untouched.
+    assert result.messages[0] is chat[0] and result.messages[1] is chat[1]
+    assert all(a is b for a, b in zip(result.messages[5:], chat[5:], strict=True))
+
+
+def test_bike_shop_drops_old_exchanges_when_truncating_is_not_enough() -> None:
+    chat = bike_shop_chat()
+    chat[4]["content"] = "Long apology. " * 1500  # an old answer: not a tool result, so only level 2 helps
+    chat.append({"role": "assistant", "content": "Done: return R-1 opened."})
+    chat.append({"role": "user", "content": "Thanks! Anything else I should know?"})
+    budget = window_budget(8000)
+    result = run(chat, budget)
+    assert result.truncated == (3,) or 3 in result.dropped
+    assert result.dropped == (2, 3, 4)
+    assert result.tokens_after <= budget.limit
+    assert [m["role"] for m in result.messages[:4]] == ["system", "user", "assistant", "user"]
+    assert is_dropped_marker(result.messages[2]) and "3 earlier messages" in result.messages[2]["content"]
+    assert result.messages[1] is chat[1], "the first request is never dropped"
+    assert all(a is b for a, b in zip(result.messages[3:], chat[5:], strict=True))
+
+
+def test_reported_tokens_match_a_recount() -> None:
+    chat = agent_chat(40, seed=3)
+    result = run(chat, window_budget(16000))
+    assert result.changed
+    assert result.tokens_after == total(result.messages)
+    assert result.tokens_before == total(chat)
+
+
+def test_compaction_goes_down_to_the_target_in_one_batch() -> None:
+    chat = agent_chat(40, seed=4)
+    budget = window_budget(16000)
+    result = run(chat, budget)
+    assert result.tokens_after <= budget.limit
+    # It went well below the line: the next turns have room before anything moves again.
+    assert result.tokens_after <= budget.target + max(count(m) for m in chat)
+
+
+# Edge cases.
+
+
+def test_no_user_message_is_never_compacted() -> None:
+    chat = [{"role": "system", "content": "s" * 40000}, {"role": "assistant", "content": "hello"}]
+    result = run(chat, window_budget(1000))
+    assert not result.changed and result.overflow
+    assert result.messages == chat
+
+
+def test_only_system_messages() -> None:
+    chat = [{"role": "system", "content": "a" * 50000}, {"role": "developer", "content": "b" * 100}]
+    result = run(chat, window_budget(1000))
+    assert result.messages == chat and result.overflow
+
+
+def test_empty_messages() -> None:
+    result = run([], window_budget(1000))
+    assert result.messages == [] and not result.changed
+
+
+def test_fewer_requests_than_keep_recent_turns_protects_everything() -> None:
+    chat = bike_shop_chat()[:5]
+    result = run(chat, window_budget(1000))
+    assert not result.changed and result.overflow
+
+
+def test_parallel_tool_calls_are_dropped_together() -> None:
+    chat: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "first"}]
+    for turn in range(6):
+        calls = [tool_call(f"c{turn}{k}", "get_order", order=k) for k in range(3)]
+        chat.append({"role": "user", "content": f"request {turn}"})
+        chat.append({"role": "assistant", "content": None, "tool_calls": calls})
+        chat.extend(
+            {"role": "tool", "tool_call_id": c["id"], "content": order_result(turn, 20, seed=k)}
+            for k, c in enumerate(calls)
+        )
+        chat.append({"role": "assistant", "content": f"answer {turn}"})
+    result = run(chat, window_budget(3000))
+    assert result.dropped
+    assert_no_orphans(result.messages)
+
+
+def test_content_parts_are_counted_and_compacted() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 100}}
+    chat: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("c1", "lookup")]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": order_result(1, 80)}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A wheel."}]},
+        {"role": "user", "content": [{"type": "text", "text": "And this?"}, image]},
+        {"role": "assistant", "content": "Another wheel."},
+        {"role": "user", "content": "Thanks"},
+    ]
+    counter = RequestCounter(count_chars4, image_tokens=500)
+    assert counter.message(chat[0]) >= 500
+    result = compact(chat, Budget(limit=2000, target=1500), counter.message)
+    assert result.truncated == (2,)
+    assert result.messages[2]["content"].startswith(NOTE_PREFIX)
+    assert "lookup" in result.messages[2]["content"]
+
+
+def test_notes_are_never_truncated_again() -> None:
+    first = run(bike_shop_chat(), window_budget(8000))
+    note = first.messages[3]
+    grown = [*first.messages[:-1], {"role": "user", "content": "Great. " + "Open a return. " * 140}]
+    again = run(grown, Budget(limit=4000, target=3000), keep_recent_turns=1)
+    assert again.truncated == (7,), "the note at 3 is not truncated again"
+    assert again.messages[3] is note
+
+
+def test_protected_tools_are_never_truncated() -> None:
+    chat = bike_shop_chat()
+    result = run(chat, window_budget(8000), protected_tools=("get_*",))
+    assert 3 not in result.truncated
+    assert result.messages[3]["content"] == chat[3]["content"] or 3 in result.dropped
+
+
+def test_protected_exchanges_are_dropped_last_and_reported() -> None:
+    chat = agent_chat(30, seed=5)
+    chat.insert(2, {"role": "assistant", "content": None, "tool_calls": [tool_call("pay", "charge_card")]})
+    chat.insert(3, {"role": "tool", "tool_call_id": "pay", "content": "Receipt R-99812: charged $129.00"})
+    kept = run(chat, window_budget(5000), protected_tools=("charge_card",))
+    assert kept.dropped and not kept.protected_dropped
+    assert any(m.get("tool_call_id") == "pay" and "R-99812" in m["content"] for m in kept.messages)
+    squeezed = run(chat, window_budget(1200), protected_tools=("charge_card",))
+    assert squeezed.protected_dropped
+
+
+def test_orphan_tool_results_in_the_input_are_not_split_from_their_call() -> None:
+    chat = bike_shop_chat()
+    # A result that arrives after the next request (a client bug): the cut before that request is skipped.
+    chat.insert(6, {"role": "tool", "tool_call_id": "call_1", "content": "late"})
+    result = run(chat, window_budget(2000))
+    assert_no_orphans(result.messages)
+
+
+def test_unknown_message_fields_are_kept() -> None:
+    chat = bike_shop_chat()
+    chat[3]["x-vendor"] = {"keep": True}
+    chat[1]["name"] = "customer"
+    result = run(chat, window_budget(8000))
+    assert result.messages[3]["x-vendor"] == {"keep": True}
+    assert result.messages[1]["name"] == "customer"
+
+
+# Properties.
+
+sizes = st.integers(min_value=1, max_value=60)
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    turns = draw(st.integers(min_value=0, max_value=12))
+    chat = agent_chat(turns, seed=draw(st.integers(0, 10_000)), result_items=draw(sizes), parallel=3)
+    if draw(st.booleans()):
+        chat.insert(1, {"role": "developer", "content": "Be brief."})
+    if draw(st.booleans()) and len(chat) > 3:
+        chat[-1] = {"role": "user", "content": "And now?"}
+    return chat
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    chat=conversations(),
+    window=st.integers(min_value=200, max_value=20_000),
+    keep=st.integers(min_value=1, max_value=3),
+)
+def test_invariants(chat: list[dict[str, Any]], window: int, keep: int) -> None:
+    original = copy.deepcopy(chat)
+    budget = window_budget(window)
+    result = run(chat, budget, keep_recent_turns=keep)
+    assert chat == original
+    out = result.messages
+    before = total(chat)
+    assert result.tokens_before == before
+    assert result.tokens_after == total(out)
+    if before <= budget.limit:
+        assert out == chat and not result.changed
+    assert result.overflow == (result.tokens_after > budget.limit)
+
+    # Leading system/developer messages and the first request are never changed.
+    head = next((i for i, m in enumerate(chat) if m["role"] not in ("system", "developer")), len(chat))
+    assert out[:head] == chat[:head]
+    users = [i for i, m in enumerate(chat) if m["role"] == "user"]
+    if users:
+        assert chat[users[0]] in out
+    # The last `keep` requests and everything after them are untouched.
+    if len(users) >= keep:
+        tail = chat[users[-keep] :]
+        assert out[len(out) - len(tail) :] == tail
+    assert_no_orphans(out)
+    # Nothing is reordered: the output is the input with notes swapped in and runs replaced by markers.
+    assert_subsequence(out, chat)
+    # Idempotence: compacting a compacted history changes nothing.
+    assert run(out, budget, keep_recent_turns=keep).messages == out
+
+
+def assert_no_orphans(messages: list[dict[str, Any]]) -> None:
+    open_calls: set[str] = set()
+    answered: set[str] = set()
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            open_calls.add(call["id"])
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in open_calls, f"orphan tool result {message['tool_call_id']}"
+            answered.add(message["tool_call_id"])
+    assert open_calls <= answered | {"late"}, f"calls without results: {open_calls - answered}"
+
+
+def assert_subsequence(out: list[dict[str, Any]], chat: list[dict[str, Any]]) -> None:
+    position = 0
+    for message in out:
+        if isinstance(message.get("content"), str) and message["content"].startswith(DROPPED_PREFIX):
+            continue
+        while position < len(chat) and not same_message(chat[position], message):
+            position += 1
+        assert position < len(chat), f"{json.dumps(message)[:200]} is not from the input, or out of order"
+        position += 1
+
+
+def same_message(original: dict[str, Any], message: dict[str, Any]) -> bool:
+    if original == message:
+        return True
+    note = message.get("content")
+    rest = {k: v for k, v in message.items() if k != "content"}
+    return (
+        isinstance(note, str)
+        and note.startswith(NOTE_PREFIX)
+        and rest == {k: v for k, v in original.items() if k != "content"}
+    )
