@@ -6,9 +6,12 @@ or injected (tests pass one with a mock transport, since `httpx.ASGITransport` s
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
+import time
 import urllib.parse
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -17,12 +20,17 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import __version__
-from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_object, plan_chat
+from proxy.calibration import reported_prompt_tokens
+from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_object
 from proxy.errors import ProxyError, error_response
+from proxy.logs import request_id
+from proxy.metrics import Metrics
+from proxy.planner import Planner
+from proxy.probes import UpstreamTokenCounter, WindowDetector
 from proxy.settings import Settings
-from proxy.tokens import RequestCounter, count_chars4
 from proxy.upstream import (
     StreamedResponse,
     Upstream,
@@ -34,27 +42,37 @@ from proxy.upstream import (
 
 log = logging.getLogger("proxy")
 
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
 
 def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = None if client else build_client(settings)
         if owned:
-            app.state.upstream = _upstream(owned)
+            wire(owned)
         try:
             yield
         finally:
             if owned:
                 await owned.aclose()
 
-    def _upstream(http: httpx.AsyncClient) -> Upstream:
-        key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
-        return Upstream(http, settings.upstream_url, key)
-
     app = FastAPI(title="compacting-proxy", version=__version__, lifespan=lifespan)
-    app.state.settings = settings
-    app.state.upstream = _upstream(client) if client else None
-    counter = RequestCounter(count_chars4, image_tokens=settings.image_tokens)
+    metrics = Metrics()
+    state = app.state
+    state.settings = settings
+    state.metrics = metrics
+
+    def wire(http: httpx.AsyncClient) -> None:
+        key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
+        state.upstream = Upstream(http, settings.upstream_url, key)
+        detector = WindowDetector(http, settings.upstream_url, refresh=settings.window_refresh)
+        exact = UpstreamTokenCounter(http, settings.upstream_url)
+        state.planner = Planner(settings, detector=detector, exact=exact)
+
+    if client:
+        wire(client)
+    api_keys = [key.get_secret_value().encode() for key in settings.api_keys]
 
     @app.exception_handler(ProxyError)
     async def on_proxy_error(request: Request, exc: ProxyError) -> Response:
@@ -62,13 +80,7 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        code = (
-            "not_found"
-            if exc.status_code == 404
-            else "method_not_allowed"
-            if exc.status_code == 405
-            else None
-        )
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         return error_response(exc.status_code, str(exc.detail), type="invalid_request_error", code=code)
 
     @app.exception_handler(RequestValidationError)
@@ -84,13 +96,36 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
+        """The process is alive and serving."""
         return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> Response:
+        """The upstream answers (any HTTP status counts: it is reachable)."""
+        upstream: Upstream = request.app.state.upstream
+        try:
+            await upstream.client.get(
+                upstream.url("/models"), headers=upstream.request_headers([]), timeout=5.0
+            )
+        except httpx.HTTPError as exc:
+            return error_response(
+                503,
+                f"The upstream does not answer: {type(exc).__name__}.",
+                type="upstream_error",
+                code="upstream_unreachable",
+            )
+        return Response(b'{"status":"ready"}', media_type="application/json")
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.post("/compact")
     async def dry_run(request: Request) -> Response:
-        """Compact a chat request's messages without calling the upstream."""
+        """Compact a chat request's messages without calling the upstream: same body as a chat request."""
         body = parse_json_object(await read_body(request, settings.max_body_bytes))
-        plan = plan_chat(body, settings, counter)
+        check_messages(body, settings.max_messages)
+        plan = await request.app.state.planner.plan(body, request.headers.raw)
         report = {"messages": plan.result.messages, "report": plan.report()}
         return Response(dump_json(report), media_type="application/json")
 
@@ -98,9 +133,14 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
     async def chat_completions(request: Request) -> Response:
         raw = await read_body(request, settings.max_body_bytes)
         body = parse_json_object(raw)
-        plan = plan_chat(body, settings, counter)
-        if plan.result.overflow and settings.overflow == "reject":
-            raise context_length_error(plan)
+        check_messages(body, settings.max_messages)
+        planner: Planner = request.app.state.planner
+        plan = await planner.plan(body, request.headers.raw)
+        metrics.record_compaction(plan.result)
+        if plan.result.overflow:
+            metrics.overflows.labels(settings.overflow).inc()
+            if settings.overflow == "reject":
+                raise context_length_error(plan)
         if plan.result.changed:
             log.info(plan.summary())
         return await forward(request, "/chat/completions", plan.body_bytes(raw, body), plan)
@@ -114,16 +154,106 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
     async def forward(request: Request, path: str, content: bytes, plan: ChatPlan | None) -> Response:
         upstream: Upstream = request.app.state.upstream
         check_path(path)
-        extra = plan.headers() if plan else {}
+        incoming = request.headers.raw
+        if api_keys:  # the client's key was for the proxy: it is not forwarded
+            incoming = [(k, v) for k, v in incoming if k.lower() != b"authorization"]
+        headers = upstream.request_headers(incoming)
+        if b"x-request-id" not in {k.lower() for k, _ in headers}:
+            headers.append((b"x-request-id", request_id.get().encode()))
         url = upstream.url(path, request.scope.get("query_string", b""))
-        response = await upstream.open(
-            request.method, url, upstream.request_headers(request.headers.raw), content
-        )
+        route = "chat" if plan else "passthrough"
+        started = time.perf_counter()
+        try:
+            response = await upstream.open(request.method, url, headers, content)
+        except ProxyError as exc:
+            metrics.upstream_errors.labels(exc.code or "error").inc()
+            raise
+        metrics.upstream_latency.labels(route).observe(time.perf_counter() - started)
+        if response.status_code >= 500:
+            metrics.upstream_errors.labels("status_5xx").inc()
+        extra = plan.headers() if plan else {}
+        planner: Planner = request.app.state.planner
         if plan is None or is_event_stream(response):
-            return StreamedResponse(response, extra)
-        return buffered_response(response, await read_raw(response), extra)
+            learn = (lambda tail: planner.learn(plan, reported_prompt_tokens(tail))) if plan else None
+            return StreamedResponse(response, extra, on_complete=learn, metrics=metrics)
+        body = await read_raw(response)
+        if response.is_success and "content-encoding" not in response.headers:
+            planner.learn(plan, reported_prompt_tokens(body[-4096:]))
+        return buffered_response(response, body, extra)
 
+    app.add_middleware(RequestContext, metrics=metrics, api_keys=api_keys)
     return app
+
+
+class RequestContext:
+    """Plain ASGI middleware (cheap on the hot path): the request id, the API-key check, and the
+    per-route request counter."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, api_keys: list[bytes]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.api_keys = api_keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict((k.lower(), v) for k, v in scope["headers"])
+        incoming = headers.get(b"x-request-id", b"")[:128].decode("latin-1").strip()
+        rid = incoming if incoming.isprintable() and incoming else uuid.uuid4().hex
+        token = request_id.set(rid)
+        path: str = scope["path"]
+        route = route_of(path)
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            if self.api_keys and path not in OPEN_PATHS and not self._authorized(headers):
+                await error_response(
+                    401,
+                    "Missing or invalid API key for this proxy.",
+                    type="invalid_request_error",
+                    code="invalid_api_key",
+                )(scope, receive, send_with_id)
+                return
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self.metrics.requests.labels(route, str(status)).inc()
+            request_id.reset(token)
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        given = headers.get(b"authorization", b"")
+        scheme, _, key = given.partition(b" ")
+        if scheme.lower() != b"bearer":
+            return False
+        return any(hmac.compare_digest(key.strip(), allowed) for allowed in self.api_keys)
+
+
+def route_of(path: str) -> str:
+    if path == "/v1/chat/completions":
+        return "chat"
+    if path.startswith("/v1/"):
+        return "passthrough"
+    return {"/compact": "compact", "/healthz": "healthz", "/readyz": "readyz", "/metrics": "metrics"}.get(
+        path, "other"
+    )
+
+
+def check_messages(body: dict[str, object], limit: int) -> None:
+    messages = body.get("messages")
+    if isinstance(messages, list) and len(messages) > limit:
+        raise ProxyError(
+            400,
+            f"Too many messages: {len(messages)}, the proxy's limit is {limit}.",
+            code="too_many_messages",
+            param="messages",
+        )
 
 
 def check_path(path: str) -> None:

@@ -8,30 +8,29 @@ when nothing changes the original bytes are forwarded.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 from proxy.compaction import Budget, CompactionResult, Policy, compact
 from proxy.errors import ProxyError
-from proxy.settings import ModelWindow, Settings
+from proxy.settings import ModelWindow
 from proxy.tokens import RequestCounter
 
 Body = dict[str, Any]
+
+_HUGE_INTEGER = re.compile(rb"[:\[,]\s*-?\d{20}")
 
 
 def parse_json_object(raw: bytes) -> Body:
     """The request body as a JSON object, or a 400 that says what is wrong with it."""
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        try:  # orjson refuses integers beyond 64 bits; the standard library does not
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise ProxyError(
-                400, f"The request body is not valid JSON: {exc}.", code="invalid_json"
-            ) from None
+        # orjson turns integers beyond 64 bits into floats; the standard library keeps them exact.
+        body = json.loads(raw) if _HUGE_INTEGER.search(raw) else orjson.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ProxyError(400, f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
     if not isinstance(body, dict):
         raise ProxyError(400, "The request body must be a JSON object.", code="invalid_json")
     return body
@@ -67,18 +66,26 @@ def validated_messages(body: Body) -> list[dict[str, Any]]:
     return messages
 
 
+def requested_reply(body: Body) -> int | None:
+    """The reply limit the request names, if any."""
+    value = body.get(_reply_field(body))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _reply_field(body: Body) -> str:
+    return "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+
+
 def reply_room(body: Body, window: ModelWindow) -> int:
     """Tokens to keep free for the answer: what the request asks for, else the configured reserve."""
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return window.reply_reserve
+    return requested_reply(body) or window.reply_reserve
 
 
-def budget_for(body: Body, window: ModelWindow, counter: RequestCounter) -> Budget:
-    """The line is window * threshold, and never closer to the window than the reply needs."""
-    limit = max(0, min(int(window.window * window.threshold), window.window - reply_room(body, window)))
+def budget_for(body: Body, window: ModelWindow, counter: RequestCounter, *, clamp: bool = False) -> Budget:
+    """The line is window * threshold, and never closer to the window than the reply needs. When the
+    reply limit may be clamped, a large one does not push the line down: the limit gives way instead."""
+    reply = min(reply_room(body, window), window.reply_reserve) if clamp else reply_room(body, window)
+    limit = max(0, min(int(window.window * window.threshold), window.window - reply))
     target = int(limit * window.target / window.threshold)
     return Budget(limit=limit, target=target, fixed=counter.fixed(body))
 
@@ -89,15 +96,23 @@ class ChatPlan:
     window: ModelWindow
     budget: Budget
     result: CompactionResult
+    factor: float = 1.0
+    counted_by: str = "estimate"
+    max_tokens: int | None = None  # the reply limit after clamping, when it was lowered
 
     def body_bytes(self, raw: bytes, body: Body) -> bytes:
         """What to forward: the original bytes when nothing changed, else the body with new messages."""
-        return dump_json({**body, "messages": self.result.messages}) if self.result.changed else raw
+        if not self.result.changed and self.max_tokens is None:
+            return raw
+        changed = {**body, "messages": self.result.messages}
+        if self.max_tokens is not None:
+            changed[_reply_field(body)] = self.max_tokens
+        return dump_json(changed)
 
     def headers(self) -> dict[str, str]:
         """`x-compaction-*` response headers, on compacted requests only."""
         result = self.result
-        if not result.changed and not result.overflow:
+        if not result.changed and not result.overflow and self.max_tokens is None:
             return {}
         headers = {
             "x-compaction-tokens-before": str(result.tokens_before),
@@ -107,6 +122,8 @@ class ChatPlan:
         }
         if result.overflow:
             headers["x-compaction-overflow"] = "true"
+        if self.max_tokens is not None:
+            headers["x-compaction-max-tokens"] = str(self.max_tokens)
         return headers
 
     def report(self) -> dict[str, Any]:
@@ -124,6 +141,9 @@ class ChatPlan:
             "dropped": list(result.dropped),
             "protected_dropped": result.protected_dropped,
             "overflow": result.overflow,
+            "counted_by": self.counted_by,
+            "calibration_factor": self.factor,
+            "max_tokens": self.max_tokens,
         }
 
     def summary(self) -> str:
@@ -136,17 +156,26 @@ class ChatPlan:
         )
 
 
-def plan_chat(body: Body, settings: Settings, counter: RequestCounter) -> ChatPlan:
-    messages = validated_messages(body)
-    model = body.get("model") or ""
-    window = settings.window_for(model)
-    budget = budget_for(body, window, counter)
-    policy = Policy(
-        keep_recent_turns=window.keep_recent_turns,
-        protected_tools=settings.protected_tools,
-        preview_chars=settings.preview_chars,
+def plan_chat(
+    body: Body,
+    messages: list[dict[str, Any]],
+    window: ModelWindow,
+    counter: RequestCounter,
+    policy: Policy,
+    *,
+    clamp: bool = False,
+) -> ChatPlan:
+    """Compact one validated request for `window`, counting with `counter`."""
+    budget = budget_for(body, window, counter, clamp=clamp)
+    policy = replace(policy, keep_recent_turns=window.keep_recent_turns)
+    result = compact(messages, budget, counter.message, policy)
+    max_tokens = None
+    requested = requested_reply(body)
+    if clamp and requested and result.tokens_after + requested > window.window:
+        max_tokens = max(1, window.window - result.tokens_after)
+    return ChatPlan(
+        str(body.get("model") or ""), window, budget, result, counter.factor, max_tokens=max_tokens
     )
-    return ChatPlan(model, window, budget, compact(messages, budget, counter.message, policy))
 
 
 def context_length_error(plan: ChatPlan) -> ProxyError:

@@ -1,29 +1,77 @@
-"""Logging configuration handed to uvicorn: the proxy's own lines beside uvicorn's."""
+"""Logging: human-readable lines by default, JSON with `COMPACT_LOG_FORMAT=json`, and the request id
+on every line a request causes (uvicorn's access line included).
+
+Nothing here logs message contents or headers; callers log counts and names, never bodies, unless
+`COMPACT_LOG_BODIES=true` asks for them.
+"""
 
 from __future__ import annotations
 
+import contextvars
+import logging
+import time
 from typing import Any
 
+import orjson
 
-def log_config(level: str = "info") -> dict[str, Any]:
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+
+class RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, request id, message (and the traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "request_id": getattr(record, "request_id", "-"),
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+def log_config(level: str = "info", fmt: str = "text") -> dict[str, Any]:
+    """A `logging.config.dictConfig` for uvicorn and the proxy's own loggers."""
     level = level.upper()
+    text = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+    formatters: dict[str, Any] = {
+        "default": {"()": JsonFormatter} if fmt == "json" else {"format": text},
+        "access": {"()": JsonFormatter}
+        if fmt == "json"
+        else {
+            "()": "uvicorn.logging.AccessFormatter",
+            "fmt": '%(asctime)s %(levelname)s access [%(request_id)s] %(client_addr)s "%(request_line)s" '
+            "%(status_code)s",
+        },
+    }
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {
-            "default": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
-            "access": {
-                "()": "uvicorn.logging.AccessFormatter",
-                "fmt": '%(asctime)s %(levelname)s access: %(client_addr)s "%(request_line)s" %(status_code)s',
-            },
-        },
+        "filters": {"request_id": {"()": RequestIdFilter}},
+        "formatters": formatters,
         "handlers": {
             "default": {
                 "class": "logging.StreamHandler",
                 "formatter": "default",
+                "filters": ["request_id"],
                 "stream": "ext://sys.stderr",
             },
-            "access": {"class": "logging.StreamHandler", "formatter": "access", "stream": "ext://sys.stdout"},
+            "access": {
+                "class": "logging.StreamHandler",
+                "formatter": "access",
+                "filters": ["request_id"],
+                "stream": "ext://sys.stdout",
+            },
         },
         "loggers": {
             "proxy": {"handlers": ["default"], "level": level, "propagate": False},

@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PositiveInt,
     SecretStr,
     ValidationError,
     field_validator,
@@ -25,27 +26,45 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 ENV_PREFIX = "COMPACT_"
 
 
+TOKENIZERS = ("estimate", "chars4", "upstream", "cl100k_base", "o200k_base", "qwen2.5", "qwen3")
+
+
+def check_tokenizer(value: str) -> str:
+    if value in TOKENIZERS or (value.startswith("hf:") and len(value) > 3):
+        return value
+    raise ValueError(f"must be one of {', '.join(TOKENIZERS)} or hf:/path/to/tokenizer.json")
+
+
 class ModelOverride(BaseModel):
     """Knobs one model (or one glob of models) sets differently from the defaults."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    window: int | None = Field(default=None, gt=0)
+    window: PositiveInt | Literal["auto"] | None = None
+    tokenizer: str | None = None
     threshold: float | None = Field(default=None, gt=0, le=1)
     target: float | None = Field(default=None, gt=0, le=1)
     keep_recent_turns: int | None = Field(default=None, ge=1)
     reply_reserve: int | None = Field(default=None, ge=0)
 
+    @field_validator("tokenizer")
+    @classmethod
+    def _check_tokenizer(cls, value: str | None) -> str | None:
+        return None if value is None else check_tokenizer(value)
+
 
 @dataclass(frozen=True, slots=True)
 class ModelWindow:
-    """The resolved knobs for one model: its window, its line and what compaction aims for."""
+    """The resolved knobs for one model: its window, its line and what compaction aims for.
+    With `auto`, `window` is the fallback until the upstream has said how big the window is."""
 
     window: int
     threshold: float
     target: float
     keep_recent_turns: int
     reply_reserve: int
+    tokenizer: str = "estimate"
+    auto: bool = False
 
 
 class Settings(BaseSettings):
@@ -56,7 +75,13 @@ class Settings(BaseSettings):
     upstream_url: str = "http://localhost:11434/v1"
     upstream_api_key: SecretStr | None = None
 
-    window: int = Field(default=8192, gt=0)
+    window: PositiveInt | Literal["auto"] = 8192
+    fallback_window: int = Field(default=8192, gt=0)
+    window_refresh: float = Field(default=600.0, gt=0)
+    tokenizer: str = "estimate"
+    exact_count_from: float = Field(default=0.7, ge=0)
+    calibrate: bool = True
+    clamp_max_tokens: bool = False
     threshold: float = Field(default=0.8, gt=0, le=1)
     target: float = Field(default=0.6, gt=0, le=1)
     keep_recent_turns: int = Field(default=2, ge=1)
@@ -68,6 +93,11 @@ class Settings(BaseSettings):
     protected_tools: Annotated[tuple[str, ...], NoDecode] = ()
     preview_chars: int = Field(default=150, ge=0)
     image_tokens: int = Field(default=768, ge=0)
+
+    api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
+    log_format: Literal["text", "json"] = "text"
+    log_bodies: bool = False
+    max_messages: int = Field(default=50_000, ge=1)
 
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=600.0, gt=0)
@@ -84,6 +114,11 @@ class Settings(BaseSettings):
             raise ValueError("must be an http:// or https:// URL, e.g. http://localhost:11434/v1")
         return value
 
+    @field_validator("tokenizer")
+    @classmethod
+    def _check_tokenizer(cls, value: str) -> str:
+        return check_tokenizer(value)
+
     @field_validator("model_windows", mode="before")
     @classmethod
     def _parse_model_windows(cls, value: Any) -> Any:
@@ -97,7 +132,7 @@ class Settings(BaseSettings):
             windows[name.strip()] = int(size)
         return windows
 
-    @field_validator("protected_tools", mode="before")
+    @field_validator("protected_tools", "api_keys", mode="before")
     @classmethod
     def _parse_names(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -122,8 +157,12 @@ class Settings(BaseSettings):
         """Every knob for `model`, its override laid over the defaults."""
         o = self.override_for(model)
         threshold = self.threshold if o.threshold is None else o.threshold
+        window = self.window if o.window is None else o.window
+        fallback = self.window if isinstance(self.window, int) else self.fallback_window
         return ModelWindow(
-            window=self.window if o.window is None else o.window,
+            window=fallback if window == "auto" else window,
+            auto=window == "auto",
+            tokenizer=self.tokenizer if o.tokenizer is None else o.tokenizer,
             threshold=threshold,
             target=min(threshold, self.target if o.target is None else o.target),
             keep_recent_turns=self.keep_recent_turns if o.keep_recent_turns is None else o.keep_recent_turns,

@@ -9,7 +9,7 @@ only transport failures become errors, mapped once in `map_transport_errors`.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import httpx
@@ -17,11 +17,13 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import ProxyError, error_body
+from proxy.metrics import Metrics
 from proxy.settings import Settings
 
 log = logging.getLogger("proxy.upstream")
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
+TAIL_BYTES = 4096  # enough for the final chunk of a stream, where the usage report is
 
 # Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those httpx recomputes.
 HOP_BY_HOP = frozenset(
@@ -153,23 +155,38 @@ def buffered_response(response: httpx.Response, body: bytes, extra: dict[str, st
 
 class StreamedResponse(StreamingResponse):
     """The upstream's body passed on chunk by chunk as it arrives. The upstream response is closed
-    when the client has it all, disconnects, or the upstream fails."""
+    when the client has it all, disconnects, or the upstream fails. `on_complete` gets the last
+    bytes of a stream that ended normally (where the usage report is)."""
 
-    def __init__(self, response: httpx.Response, extra: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        response: httpx.Response,
+        extra: dict[str, str] | None = None,
+        *,
+        on_complete: Callable[[bytes], None] | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         super().__init__(self._relay(response), status_code=response.status_code)
         self.raw_headers = response_headers(response, extra)
         self.upstream = response
+        self.on_complete = on_complete if response.is_success else None
+        self.metrics = metrics
         content_type = response.headers.get("content-type", "")
         self.is_sse = (
             content_type.startswith("text/event-stream") and "content-encoding" not in response.headers
         )
 
     async def _relay(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        tail = b""
         try:
             async for chunk in raw_chunks(response):
+                if self.on_complete:
+                    tail = (tail + chunk)[-TAIL_BYTES:]
                 yield chunk
         except httpx.HTTPError as exc:
             log.warning("upstream stream failed after the response began: %s: %s", type(exc).__name__, exc)
+            if self.metrics:
+                self.metrics.upstream_errors.labels("stream_broken").inc()
             if not self.is_sse:
                 raise
             # The status line is gone already: say so inside the stream, where SDKs look for errors.
@@ -179,12 +196,19 @@ class StreamedResponse(StreamingResponse):
                 + error_body(message, type="upstream_error", code="upstream_stream_error")
                 + b"\n\n"
             )
+            return
+        if self.on_complete and self.is_sse:
+            self.on_complete(tail)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.metrics:
+            self.metrics.streams_open.inc()
         try:
             await super().__call__(scope, receive, send)
         finally:
             await self.upstream.aclose()
+            if self.metrics:
+                self.metrics.streams_open.dec()
 
 
 def is_event_stream(response: httpx.Response) -> bool:

@@ -89,7 +89,8 @@ class RecordingUpstream:
 
 
 def make_settings(**overrides: Any) -> Settings:
-    return Settings(_env_file=None, upstream_url=UPSTREAM, **overrides)  # type: ignore[call-arg]
+    """Settings for a test: the pattern's four-characters-per-token count, so sizes are predictable."""
+    return Settings(**{"_env_file": None, "upstream_url": UPSTREAM, "tokenizer": "chars4", **overrides})
 
 
 def proxy_client(

@@ -1,0 +1,75 @@
+"""Self-calibration: how far the estimate is from what the upstream reports, per model.
+
+Every successful answer reports the prompt's real size (`usage.prompt_tokens`, or Ollama's
+`prompt_eval_count`). The ratio of that to the proxy's raw estimate of the same prompt is smoothed,
+bounded, and used to scale the next estimates. The factor in use moves only in steps of
+`STEP`, so that compaction decisions, and with them the upstream's prompt cache, stay stable
+while the smoothed ratio wanders a little.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+# A prompt the upstream counts as much smaller than estimated is more likely a cache artefact (some
+# servers report only the tokens they had to evaluate) than a real overcount: such ratios are ignored.
+MIN_RATIO = 0.8
+MAX_FACTOR = 8.0
+SMOOTHING = 0.3  # weight of the newest observation
+STEP = 0.05  # the factor in use changes only when the smoothed ratio is this far (relative) from it
+MIN_SAMPLE = 64  # prompts smaller than this say more about per-message overhead than about text
+
+_PROMPT_TOKENS = re.compile(rb'"(?:prompt_tokens|prompt_eval_count)"\s*:\s*(\d+)')
+
+
+def reported_prompt_tokens(body_tail: bytes) -> int | None:
+    """The last prompt size reported in a response body (or the tail of a stream), if any."""
+    matches = _PROMPT_TOKENS.findall(body_tail)
+    return int(matches[-1]) if matches else None
+
+
+@dataclass(slots=True)
+class _ModelState:
+    smoothed: float
+    factor: float
+    samples: int = 0
+
+
+class Calibrator:
+    """Per-model correction factors, learned from the upstream's reported counts."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._models: dict[str, _ModelState] = {}
+
+    def factor(self, model: str) -> float:
+        state = self._models.get(model)
+        return state.factor if state and self.enabled else 1.0
+
+    def observe(self, model: str, estimated: int, reported: int) -> None:
+        """Learn from one prompt the proxy estimated at `estimated` raw tokens and the upstream counted."""
+        if not self.enabled or estimated < MIN_SAMPLE or reported < MIN_RATIO * estimated:
+            return
+        ratio = min(MAX_FACTOR, reported / estimated)
+        state = self._models.get(model)
+        if state is None:
+            self._models[model] = _ModelState(smoothed=ratio, factor=_quantize(ratio), samples=1)
+            return
+        state.smoothed += SMOOTHING * (ratio - state.smoothed)
+        state.samples += 1
+        if abs(math.log(state.smoothed / state.factor)) > STEP:
+            state.factor = _quantize(state.smoothed)
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        return {
+            model: {"factor": s.factor, "smoothed": round(s.smoothed, 4), "samples": s.samples}
+            for model, s in self._models.items()
+        }
+
+
+def _quantize(ratio: float) -> float:
+    """Round up to a grid of `STEP` on a log scale: nearby ratios give the same factor, and a factor
+    errs on the side of counting too much, which compacts a little early rather than overflows."""
+    return min(MAX_FACTOR, round(math.exp(math.ceil(math.log(ratio) / STEP - 1e-9) * STEP), 4))

@@ -1,0 +1,101 @@
+"""Deciding one chat request: which window, which count, which compaction.
+
+The planner is where I/O meets the pure engine. It resolves the model's knobs (asking the upstream
+for the window when it is `auto`), counts with the calibrated estimate, and only when that lands near
+the line counts exactly (a local tokenizer, or the upstream's own `/tokenize`), so short requests pay
+nothing. After the upstream has answered, `learn` feeds the reported prompt size back into the
+calibration.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import lru_cache
+
+from proxy.calibration import Calibrator
+from proxy.chat import Body, ChatPlan, plan_chat, validated_messages
+from proxy.compaction import Policy
+from proxy.probes import UpstreamTokenCounter, WindowDetector
+from proxy.settings import ModelWindow, Settings
+from proxy.tokens import RequestCounter, TextCounter, count_chars4
+
+log = logging.getLogger("proxy")
+
+
+@lru_cache(maxsize=16)
+def text_counter(spec: str) -> TextCounter:
+    """The text counter a `COMPACT_TOKENIZER` value names (`upstream` estimates; see `Planner`)."""
+    if spec == "chars4":
+        return count_chars4
+    if spec in ("estimate", "upstream"):
+        from proxy.estimator import estimate_text_tokens
+
+        return estimate_text_tokens
+    from proxy.tokenizers import load_text_counter
+
+    return load_text_counter(spec)
+
+
+class Planner:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        detector: WindowDetector | None = None,
+        exact: UpstreamTokenCounter | None = None,
+        calibrator: Calibrator | None = None,
+    ) -> None:
+        self.settings = settings
+        self.detector = detector
+        self.exact = exact
+        self.calibrator = calibrator or Calibrator(settings.calibrate)
+        self.policy = Policy(protected_tools=settings.protected_tools, preview_chars=settings.preview_chars)
+
+    async def window(self, model: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> ModelWindow:
+        window = self.settings.window_for(model)
+        if window.auto and self.detector:
+            detected = await self.detector.window(model, headers)
+            if detected:
+                window = replace(window, window=detected.tokens)
+        return window
+
+    def counter(self, spec: str, factor: float = 1.0) -> RequestCounter:
+        return RequestCounter(text_counter(spec), factor=factor, image_tokens=self.settings.image_tokens)
+
+    async def plan(self, body: Body, headers: Sequence[tuple[bytes, bytes]] = ()) -> ChatPlan:
+        messages = validated_messages(body)
+        model = str(body.get("model") or "")
+        window = await self.window(model, headers)
+        estimating = window.tokenizer in ("estimate", "chars4", "upstream")
+        factor = self.calibrator.factor(model) if estimating else 1.0
+        plan = self._plan(body, messages, window, self.counter(window.tokenizer, factor))
+        if plan.result.tokens_before < self.settings.exact_count_from * plan.budget.limit:
+            return plan
+        if window.tokenizer == "upstream" and self.exact:
+            exact = await self.exact.count(body, headers)
+            if exact:
+                raw = plan.result.tokens_before / factor
+                self.calibrator.observe(model, round(raw), exact)
+                plan = self._plan(body, messages, window, self.counter(window.tokenizer, exact / raw))
+                return replace(plan, counted_by="upstream")
+        return plan
+
+    def _plan(
+        self, body: Body, messages: list[dict[str, object]], window: ModelWindow, counter: RequestCounter
+    ) -> ChatPlan:
+        plan = plan_chat(body, messages, window, counter, self.policy, clamp=self.settings.clamp_max_tokens)
+        return replace(plan, counted_by=window.tokenizer)
+
+    def learn(self, plan: ChatPlan, reported: int | None) -> None:
+        """Feed the upstream's count of the prompt it received back into the calibration."""
+        if reported is None or plan.counted_by not in ("estimate", "chars4"):
+            return
+        before = self.calibrator.factor(plan.model)
+        self.calibrator.observe(plan.model, round(plan.result.tokens_after / plan.factor), reported)
+        after = self.calibrator.factor(plan.model)
+        if after != before:
+            log.info(
+                "calibration for model %r: %.3f real tokens per estimated token", plan.model or "-", after
+            )

@@ -1,0 +1,206 @@
+"""What the upstream can tell about itself: a model's real window, and a prompt's real token count.
+
+Window detection asks, in order, what each kind of server answers: an OpenAI-style `/v1/models`
+entry that carries a context length (vLLM's `max_model_len`, LM Studio's and OpenRouter's fields),
+llama.cpp's `/props` (the `n_ctx` of a slot, which is what a request gets), and Ollama's `/api/ps`
+(the `context_length` a loaded model runs at) or `/api/show` (`num_ctx` from its parameters, else the
+model's trained `context_length`). The parsing is pure; `WindowDetector` does the I/O, caches each
+answer for a refresh interval, and asks once per model however many requests arrive together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+log = logging.getLogger("proxy.probes")
+
+PROBE_TIMEOUT = httpx.Timeout(5.0)
+MODEL_LENGTH_FIELDS = (
+    "max_model_len",
+    "loaded_context_length",
+    "context_length",
+    "context_window",
+    "max_context_length",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DetectedWindow:
+    tokens: int
+    source: str
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def window_from_models(payload: Any, model: str) -> DetectedWindow | None:
+    """From an OpenAI-style model list: the entry named `model` (or the only entry)."""
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list):
+        return None
+    entries = [e for e in data if isinstance(e, dict)]
+    matches = [e for e in entries if e.get("id") == model] or (entries if len(entries) == 1 else [])
+    for entry in matches:
+        for name in MODEL_LENGTH_FIELDS:
+            if tokens := _positive_int(entry.get(name)):
+                return DetectedWindow(tokens, f"/v1/models {name}")
+    return None
+
+
+def window_from_llama_props(payload: Any) -> DetectedWindow | None:
+    """From llama.cpp's `/props`: the context of one slot (the server's `-c` divided by `-np`)."""
+    if not isinstance(payload, dict):
+        return None
+    settings = payload.get("default_generation_settings")
+    if isinstance(settings, dict) and (tokens := _positive_int(settings.get("n_ctx"))):
+        return DetectedWindow(tokens, "llama.cpp /props n_ctx")
+    return None
+
+
+def window_from_ollama_ps(payload: Any, model: str) -> DetectedWindow | None:
+    """From Ollama's `/api/ps`: the context a loaded model runs at right now."""
+    models = payload.get("models") if isinstance(payload, dict) else None
+    for entry in models if isinstance(models, list) else ():
+        named = isinstance(entry, dict) and model in (entry.get("name"), entry.get("model"))
+        if named and (tokens := _positive_int(entry.get("context_length"))):
+            return DetectedWindow(tokens, "ollama /api/ps context_length (in effect)")
+    return None
+
+
+_NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)
+
+
+def window_from_ollama_show(payload: Any) -> DetectedWindow | None:
+    """From Ollama's `/api/show`: `num_ctx` set in the model's parameters, else its trained length."""
+    if not isinstance(payload, dict):
+        return None
+    parameters = payload.get("parameters")
+    if isinstance(parameters, str) and (match := _NUM_CTX.search(parameters)):
+        return DetectedWindow(int(match.group(1)), "ollama /api/show num_ctx parameter")
+    info = payload.get("model_info")
+    if isinstance(info, dict):
+        for key, value in info.items():
+            if key.endswith(".context_length") and (tokens := _positive_int(value)):
+                return DetectedWindow(tokens, "ollama /api/show model_info context_length (trained length)")
+    return None
+
+
+class WindowDetector:
+    """Asks the upstream for each model's window; caches answers (and failures) for `refresh` s."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        *,
+        refresh: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.root_url = self.base_url.removesuffix("/v1")
+        self.refresh = refresh
+        self.clock = clock
+        self._cache: dict[str, tuple[float, DetectedWindow | None]] = {}
+        self._pending: dict[str, asyncio.Future[DetectedWindow | None]] = {}
+
+    async def window(self, model: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> DetectedWindow | None:
+        cached = self._cache.get(model)
+        if cached and self.clock() < cached[0]:
+            return cached[1]
+        if model in self._pending:
+            return await asyncio.shield(self._pending[model])
+        future: asyncio.Future[DetectedWindow | None] = asyncio.get_running_loop().create_future()
+        self._pending[model] = future
+        try:
+            detected = await self._detect(model, headers)
+        except Exception as exc:  # detection must never fail a request
+            log.warning("window detection for %r failed: %s", model, exc)
+            detected = None
+        finally:
+            del self._pending[model]
+        if detected and (not cached or cached[1] != detected):
+            log.info("detected window for model %r: %d tokens (%s)", model, detected.tokens, detected.source)
+        elif detected is None and (not cached or cached[1] is not None):
+            log.warning("could not detect the window of model %r; using the configured fallback", model)
+        self._cache[model] = (self.clock() + self.refresh, detected)
+        future.set_result(detected)
+        return detected
+
+    async def _detect(self, model: str, headers: Sequence[tuple[bytes, bytes]]) -> DetectedWindow | None:
+        auth = [(k, v) for k, v in headers if k.lower() == b"authorization"]
+        models = await self._get_json("GET", f"{self.base_url}/models", auth)
+        if found := window_from_models(models, model):
+            return found
+        if found := window_from_llama_props(await self._get_json("GET", f"{self.root_url}/props", auth)):
+            return found
+        if found := window_from_ollama_ps(
+            await self._get_json("GET", f"{self.root_url}/api/ps", auth), model
+        ):
+            return found
+        show = await self._get_json("POST", f"{self.root_url}/api/show", auth, {"model": model})
+        return window_from_ollama_show(show)
+
+    async def _get_json(
+        self, method: str, url: str, headers: Sequence[tuple[bytes, bytes]], body: Any = None
+    ) -> Any:
+        try:
+            content = orjson.dumps(body) if body is not None else None
+            response = await self.client.request(
+                method, url, headers=list(headers), content=content, timeout=PROBE_TIMEOUT
+            )
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            return orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            return None
+
+
+class UpstreamTokenCounter:
+    """Exact prompt counts from the upstream's own tokenizer: vLLM's `/tokenize` with messages, or
+    llama.cpp's `/apply-template` then `/tokenize`, so that the chat template's markers are counted."""
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str) -> None:
+        self.client = client
+        self.root_url = base_url.rstrip("/").removesuffix("/v1")
+
+    async def count(self, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()) -> int | None:
+        auth = [(k, v) for k, v in headers if k.lower() == b"authorization"]
+        request = {key: body[key] for key in ("model", "messages", "tools") if key in body}
+        try:
+            answer = await self._post(f"{self.root_url}/tokenize", auth, request)
+            if isinstance(answer, dict) and (count := _positive_int(answer.get("count"))):
+                return count  # vLLM
+            templated = await self._post(f"{self.root_url}/apply-template", auth, request)
+            prompt = templated.get("prompt") if isinstance(templated, dict) else None
+            if isinstance(prompt, str):
+                tokens = await self._post(f"{self.root_url}/tokenize", auth, {"content": prompt})
+                if isinstance(tokens, dict) and isinstance(tokens.get("tokens"), list):
+                    return len(tokens["tokens"])
+        except httpx.HTTPError as exc:
+            log.warning("exact token count from the upstream failed: %s", exc)
+        return None
+
+    async def _post(self, url: str, headers: Sequence[tuple[bytes, bytes]], body: Any) -> Any:
+        response = await self.client.post(
+            url, headers=list(headers), content=orjson.dumps(body), timeout=PROBE_TIMEOUT
+        )
+        if response.status_code != 200:
+            return None
+        try:
+            return orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            return None

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install the proxy into ./.venv and start it. Configure it with COMPACT_* variables or a .env file,
+# e.g. COMPACT_UPSTREAM_URL=http://localhost:11434/v1 COMPACT_WINDOW=8192 ./scripts/serve.sh
+# Arguments go to the command: ./scripts/serve.sh --host 0.0.0.0 --port 8080
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e .
+exec .venv/bin/compacting-proxy "$@"

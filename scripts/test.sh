@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs and run all of it: lint, types, fast tests, and the tests
+# against real servers (llama.cpp's llama-server, built once and cached; Redis from Debian).
+# Usage: ./scripts/test.sh [pytest args]      FAST=1 ./scripts/test.sh  skips the real-server tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[test,dev]'
+
+MARKERS=()
+if [ "${FAST:-0}" = "1" ]; then
+    MARKERS=(-m "not llama and not redis and not slow")
+else
+    if ! command -v redis-server >/dev/null 2>&1; then
+        echo "installing redis-server (Debian) for the shared-cache tests" >&2
+        SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server >/dev/null
+    fi
+    .venv/bin/python scripts/llama_server.py build
+fi
+
+.venv/bin/ruff check proxy tests scripts benchmarks
+.venv/bin/mypy proxy
+.venv/bin/python -m pytest "${MARKERS[@]}" "$@"
