@@ -28,6 +28,7 @@ from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_obj
 from proxy.errors import ProxyError, error_response
 from proxy.logs import request_id
 from proxy.metrics import Metrics
+from proxy.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.planner import Planner
 from proxy.probes import UpstreamTokenCounter, WindowDetector
 from proxy.settings import Settings
@@ -143,15 +144,34 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
                 raise context_length_error(plan)
         if plan.result.changed:
             log.info(plan.summary())
-        return await forward(request, "/chat/completions", plan.body_bytes(raw, body), plan)
+        response = await send(request, "/chat/completions", plan.body_bytes(raw, body), "chat")
+        if response.status_code in OVERFLOW_STATUSES:
+            error = await read_raw(response)
+            overflow = parse_overflow(response.status_code, error)
+            harder = planner.harder(body, plan, overflow) if overflow else None
+            if harder is None:
+                if overflow:
+                    metrics.retries.labels("not_possible").inc()
+                return buffered_response(response, error, plan.headers())
+            log.info(
+                "The upstream reported an overflow (%s); retrying once, compacted harder. %s",
+                overflow,
+                harder.summary(),
+            )
+            metrics.retries.labels("retried").inc()
+            plan = harder
+            response = await send(request, "/chat/completions", plan.body_bytes(raw, body), "chat")
+        return await relay(request, response, plan)
 
     @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"])
     async def passthrough(request: Request, path: str) -> Response:
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
         suffix = raw_path.decode("latin-1").removeprefix("/v1")
-        return await forward(request, suffix, await read_body(request, settings.max_body_bytes), None)
+        content = await read_body(request, settings.max_body_bytes)
+        return await relay(request, await send(request, suffix, content, "passthrough"), None)
 
-    async def forward(request: Request, path: str, content: bytes, plan: ChatPlan | None) -> Response:
+    async def send(request: Request, path: str, content: bytes, route: str) -> httpx.Response:
+        """Send to the upstream; the response comes back with its body unread."""
         upstream: Upstream = request.app.state.upstream
         check_path(path)
         incoming = request.headers.raw
@@ -161,7 +181,6 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
         if b"x-request-id" not in {k.lower() for k, _ in headers}:
             headers.append((b"x-request-id", request_id.get().encode()))
         url = upstream.url(path, request.scope.get("query_string", b""))
-        route = "chat" if plan else "passthrough"
         started = time.perf_counter()
         try:
             response = await upstream.open(request.method, url, headers, content)
@@ -171,6 +190,10 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
         metrics.upstream_latency.labels(route).observe(time.perf_counter() - started)
         if response.status_code >= 500:
             metrics.upstream_errors.labels("status_5xx").inc()
+        return response
+
+    async def relay(request: Request, response: httpx.Response, plan: ChatPlan | None) -> Response:
+        """The upstream's answer for the client: streamed as it comes, or read whole for a chat answer."""
         extra = plan.headers() if plan else {}
         planner: Planner = request.app.state.planner
         if plan is None or is_event_stream(response):

@@ -17,11 +17,14 @@ from functools import lru_cache
 from proxy.calibration import Calibrator
 from proxy.chat import Body, ChatPlan, plan_chat, validated_messages
 from proxy.compaction import Policy
+from proxy.overflow import Overflow
 from proxy.probes import UpstreamTokenCounter, WindowDetector
 from proxy.settings import ModelWindow, Settings
 from proxy.tokens import RequestCounter, TextCounter, count_chars4
 
 log = logging.getLogger("proxy")
+
+RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
 
 
 @lru_cache(maxsize=16)
@@ -81,6 +84,25 @@ class Planner:
                 plan = self._plan(body, messages, window, self.counter(window.tokenizer, exact / raw))
                 return replace(plan, counted_by="upstream")
         return plan
+
+    def harder(self, body: Body, plan: ChatPlan, overflow: Overflow) -> ChatPlan | None:
+        """The plan for a retry after the upstream rejected `plan` as too long: counted with what the
+        upstream said (its count and window, where it gave them), else half as much again. None if
+        compacting harder changes nothing."""
+        window = plan.window
+        if overflow.window and overflow.window < window.window:
+            window = replace(window, window=overflow.window)
+        sent = plan.result.tokens_after
+        if overflow.prompt_tokens and sent > 0:
+            factor = plan.factor * max(1.0, overflow.prompt_tokens / sent) * RETRY_MARGIN
+            if plan.counted_by in ("estimate", "chars4"):
+                self.calibrator.observe(plan.model, round(sent / plan.factor), overflow.prompt_tokens)
+        else:
+            factor = plan.factor * 1.5
+        harder = self._plan(body, validated_messages(body), window, self.counter(window.tokenizer, factor))
+        if harder.result.messages == plan.result.messages:
+            return None
+        return harder
 
     def _plan(
         self, body: Body, messages: list[dict[str, object]], window: ModelWindow, counter: RequestCounter

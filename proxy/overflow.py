@@ -1,0 +1,70 @@
+"""Recognising an upstream's "your prompt is too long" answer, and what it says about the real count.
+
+Each server words it differently: OpenAI's `context_length_exceeded` ("…maximum context length is
+8192 tokens. However, your messages resulted in 9000 tokens"), vLLM's ("…you requested 5000 tokens
+(4500 in the messages, 500 in the completion)", or "your request has 5000 input tokens"), llama.cpp's
+`exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`, and Ollama's and others' plainer
+phrases. Pure: status and body bytes in, an `Overflow` (or None) out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+OVERFLOW_STATUSES = frozenset({400, 413, 422})
+
+_PHRASES = re.compile(
+    r"context[ _]length|maximum context|context size|context window|exceeds? the (?:available )?context|"
+    r"too many tokens|prompt is too long|input length|input is too long|reduce the length",
+    re.IGNORECASE,
+)
+_PROMPT_COUNT = re.compile(
+    r"resulted in (\d+) tokens|\((\d+) in the messages|has (\d+) input tokens|request \((\d+) tokens\)|"
+    r"prompt(?: has| of)? \(?(\d+) tokens",
+    re.IGNORECASE,
+)
+_WINDOW = re.compile(
+    r"maximum context length is (\d+)|available context size \((\d+) tokens\)", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Overflow:
+    prompt_tokens: int | None  # the upstream's count of the prompt it rejected, where it says
+    window: int | None  # the window it enforces, where it says
+
+
+def _first_number(pattern: re.Pattern[str], text: str) -> int | None:
+    match = pattern.search(text)
+    return int(next(g for g in match.groups() if g)) if match else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def parse_overflow(status: int, body: bytes) -> Overflow | None:
+    """The overflow an error response reports, or None if it is some other error."""
+    if status not in OVERFLOW_STATUSES or len(body) > 64 * 1024:
+        return None
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        payload = None
+    error = payload.get("error", payload) if isinstance(payload, dict) else None
+    fields: dict[str, Any] = error if isinstance(error, dict) else {}
+    message = str(fields.get("message") or body.decode("utf-8", "replace"))
+    code = str(fields.get("code") or "")
+    kind = str(fields.get("type") or "")
+    if not (
+        code == "context_length_exceeded" or kind == "exceed_context_size_error" or _PHRASES.search(message)
+    ):
+        return None
+    return Overflow(
+        prompt_tokens=_int(fields.get("n_prompt_tokens")) or _first_number(_PROMPT_COUNT, message),
+        window=_int(fields.get("n_ctx")) or _first_number(_WINDOW, message),
+    )
