@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import __version__
+from proxy.cache import SummaryCache
 from proxy.calibration import reported_prompt_tokens
 from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_object
 from proxy.errors import ProxyError, error_response
@@ -32,6 +33,7 @@ from proxy.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.planner import Planner
 from proxy.probes import UpstreamTokenCounter, WindowDetector
 from proxy.settings import Settings
+from proxy.summarizer import Summarizer
 from proxy.upstream import (
     StreamedResponse,
     Upstream,
@@ -55,6 +57,8 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
         try:
             yield
         finally:
+            if app.state.summarizer:
+                await app.state.summarizer.cache.close()
             if owned:
                 await owned.aclose()
 
@@ -70,7 +74,21 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
         detector = WindowDetector(http, settings.upstream_url, refresh=settings.window_refresh)
         exact = UpstreamTokenCounter(http, settings.upstream_url)
         state.planner = Planner(settings, detector=detector, exact=exact)
+        state.summarizer = None
+        if settings.summarize:
+            cache = SummaryCache(
+                size=settings.cache_size, redis_url=settings.cache_url, ttl=settings.cache_ttl
+            )
+            state.summarizer = Summarizer(
+                http,
+                settings.summary_url or settings.upstream_url,
+                cache,
+                model=settings.summary_model,
+                max_tokens=settings.summary_tokens,
+                timeout=settings.summary_timeout,
+            )
 
+    state.summarizer = None
     if client:
         wire(client)
     api_keys = [key.get_secret_value().encode() for key in settings.api_keys]
@@ -136,7 +154,7 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
         body = parse_json_object(raw)
         check_messages(body, settings.max_messages)
         planner: Planner = request.app.state.planner
-        plan = await planner.plan(body, request.headers.raw)
+        plan = await summarized(request, body, await planner.plan(body, request.headers.raw))
         metrics.record_compaction(plan.result)
         if plan.result.overflow:
             metrics.overflows.labels(settings.overflow).inc()
@@ -159,7 +177,7 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
                 harder.summary(),
             )
             metrics.retries.labels("retried").inc()
-            plan = harder
+            plan = await summarized(request, body, harder)
             response = await send(request, "/chat/completions", plan.body_bytes(raw, body), "chat")
         return await relay(request, response, plan)
 
@@ -170,14 +188,36 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
         content = await read_body(request, settings.max_body_bytes)
         return await relay(request, await send(request, suffix, content, "passthrough"), None)
 
+    async def summarized(request: Request, body: dict[str, object], plan: ChatPlan) -> ChatPlan:
+        """Level 3: the dropped runs of `plan` replaced by summaries, when summaries are on."""
+        summarizer: Summarizer | None = request.app.state.summarizer
+        if summarizer is None or not plan.result.dropped:
+            return plan
+        if settings.summary_api_key:
+            auth = [(b"authorization", f"Bearer {settings.summary_api_key.get_secret_value()}".encode())]
+        elif settings.summary_url:
+            auth = []  # another server: the upstream's credentials are not sent there
+        else:
+            auth = upstream_headers(request)
+        planner: Planner = request.app.state.planner
+        counter = planner.counter(plan.window.tokenizer, plan.factor)
+        done = await summarizer.apply(plan, body["messages"], counter, auth)  # type: ignore[arg-type]
+        if done.summarized:
+            metrics.summaries.labels("written").inc(done.summarized)
+        return done
+
+    def upstream_headers(request: Request) -> list[tuple[bytes, bytes]]:
+        upstream: Upstream = request.app.state.upstream
+        incoming = request.headers.raw
+        if api_keys:  # the client's key was for the proxy: it is not forwarded
+            incoming = [(k, v) for k, v in incoming if k.lower() != b"authorization"]
+        return upstream.request_headers(incoming)
+
     async def send(request: Request, path: str, content: bytes, route: str) -> httpx.Response:
         """Send to the upstream; the response comes back with its body unread."""
         upstream: Upstream = request.app.state.upstream
         check_path(path)
-        incoming = request.headers.raw
-        if api_keys:  # the client's key was for the proxy: it is not forwarded
-            incoming = [(k, v) for k, v in incoming if k.lower() != b"authorization"]
-        headers = upstream.request_headers(incoming)
+        headers = upstream_headers(request)
         if b"x-request-id" not in {k.lower() for k, _ in headers}:
             headers.append((b"x-request-id", request_id.get().encode()))
         url = upstream.url(path, request.scope.get("query_string", b""))

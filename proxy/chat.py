@@ -99,6 +99,7 @@ class ChatPlan:
     factor: float = 1.0
     counted_by: str = "estimate"
     max_tokens: int | None = None  # the reply limit after clamping, when it was lowered
+    summarized: int = 0  # dropped runs replaced by a summary (level 3)
 
     def body_bytes(self, raw: bytes, body: Body) -> bytes:
         """What to forward: the original bytes when nothing changed, else the body with new messages."""
@@ -124,6 +125,8 @@ class ChatPlan:
             headers["x-compaction-overflow"] = "true"
         if self.max_tokens is not None:
             headers["x-compaction-max-tokens"] = str(self.max_tokens)
+        if self.summarized:
+            headers["x-compaction-summarized"] = str(self.summarized)
         return headers
 
     def report(self) -> dict[str, Any]:
@@ -136,7 +139,8 @@ class ChatPlan:
             "tokens_before": result.tokens_before,
             "tokens_after": result.tokens_after,
             "compacted": result.changed,
-            "level": result.level,
+            "level": 3 if self.summarized else result.level,
+            "summarized": self.summarized,
             "truncated": list(result.truncated),
             "dropped": list(result.dropped),
             "protected_dropped": result.protected_dropped,
@@ -152,7 +156,9 @@ class ChatPlan:
         return (
             f"Context optimized: model={self.model or '-'} tokens {r.tokens_before} -> {r.tokens_after} "
             f"(line {self.budget.limit}, window {self.window.window}): truncated {len(r.truncated)} tool "
-            f"results, dropped {len(r.dropped)} messages" + (", still over the line" if r.overflow else "")
+            f"results, dropped {len(r.dropped)} messages"
+            + (f" ({self.summarized} runs summarised)" if self.summarized else "")
+            + (", still over the line" if r.overflow else "")
         )
 
 

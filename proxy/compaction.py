@@ -54,6 +54,8 @@ class Policy:
     keep_recent_turns: int = 2
     protected_tools: tuple[str, ...] = ()
     preview_chars: int = 150
+    # Tokens to reserve where dropped exchanges are replaced (a summary goes there, when summarising).
+    gap_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,17 @@ class CompactionResult:
     @property
     def changed(self) -> bool:
         return bool(self.truncated or self.dropped)
+
+    @property
+    def runs(self) -> list[range]:
+        """The runs of consecutive dropped messages; the k-th is where the k-th marker stands."""
+        runs: list[range] = []
+        for i in self.dropped:
+            if runs and runs[-1].stop == i:
+                runs[-1] = range(runs[-1].start, i + 1)
+            else:
+                runs.append(range(i, i + 1))
+        return runs
 
     @property
     def level(self) -> int:
@@ -124,7 +137,7 @@ class _Replay:
         users = [i for i in range(self._head_end(), n) if messages[i].get("role") == "user"]
         units = self._units(users)
         tools = [i for i in range(n) if messages[i].get("role") in TOOL_ROLES]
-        self.marker_cost = self.count(dropped_marker(n))
+        self.marker_cost = max(self.count(dropped_marker(n)), self.policy.gap_tokens)
 
         self.acc = self.budget.fixed
         for i in range(n + 1):
@@ -260,7 +273,7 @@ class _Replay:
                 continue
             if run:
                 out.append(marker := dropped_marker(run))
-                after += self.count(marker) - self.marker_cost  # the real marker, not its upper bound
+                after += self.count(marker) - self.marker_cost  # the real marker, not its reserve
                 run = 0
             out.append({**message, "content": self.notes[i]} if i in self.notes else message)
         return CompactionResult(

@@ -24,6 +24,7 @@ from proxy.tokens import RequestCounter, TextCounter, count_chars4
 
 log = logging.getLogger("proxy")
 
+SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
 
 
@@ -54,7 +55,11 @@ class Planner:
         self.detector = detector
         self.exact = exact
         self.calibrator = calibrator or Calibrator(settings.calibrate)
-        self.policy = Policy(protected_tools=settings.protected_tools, preview_chars=settings.preview_chars)
+        # With summaries, each dropped run's marker must leave room for the summary that replaces it.
+        gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
+        self.policy = Policy(
+            protected_tools=settings.protected_tools, preview_chars=settings.preview_chars, gap_tokens=gap
+        )
 
     async def window(self, model: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> ModelWindow:
         window = self.settings.window_for(model)

@@ -94,6 +94,16 @@ class Settings(BaseSettings):
     preview_chars: int = Field(default=150, ge=0)
     image_tokens: int = Field(default=768, ge=0)
 
+    summarize: bool = False
+    summary_model: str | None = None
+    summary_url: str | None = None
+    summary_api_key: SecretStr | None = None
+    summary_tokens: int = Field(default=512, ge=16)
+    summary_timeout: float = Field(default=30.0, gt=0)
+    cache_url: str | None = None
+    cache_size: int = Field(default=1024, ge=1)
+    cache_ttl: int = Field(default=7 * 24 * 3600, ge=1)
+
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
     log_format: Literal["text", "json"] = "text"
     log_bodies: bool = False
@@ -106,12 +116,21 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=512, ge=1)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
 
-    @field_validator("upstream_url")
+    @field_validator("upstream_url", "summary_url")
     @classmethod
-    def _check_upstream_url(cls, value: str) -> str:
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         value = value.strip().rstrip("/")
         if not value.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL, e.g. http://localhost:11434/v1")
+        return value
+
+    @field_validator("cache_url")
+    @classmethod
+    def _check_cache_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis:// (or rediss://, unix://) URL, e.g. redis://localhost:6379/0")
         return value
 
     @field_validator("tokenizer")

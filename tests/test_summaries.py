@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.summary import INSTRUCTIONS, SUMMARY_PREFIX, chunks
+from tests.conversations import agent_chat
+from tests.fakes import RecordingUpstream, completion, proxy_client
+from tests.processes import free_port
+
+
+class SummarisingUpstream(RecordingUpstream):
+    """Answers chat requests; answers summary requests with a summary naming what it was given."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__(respond=self.answer)
+        self.fail = fail
+        self.summary_calls = 0
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if body["messages"][0].get("content") == INSTRUCTIONS:
+            self.summary_calls += 1
+            if self.fail:
+                return httpx.Response(500, text="summariser down")
+            return httpx.Response(200, json=completion(f"- order #4471 summary {self.summary_calls}"))
+        return httpx.Response(200, json=completion())
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        bodies = [json.loads(r.content) for r in self.requests]
+        return [b for b in bodies if b["messages"][0].get("content") != INSTRUCTIONS]
+
+
+def long_chat(turns: int = 30) -> list[dict[str, Any]]:
+    chat = agent_chat(turns, seed=11, result_items=10)
+    for message in chat:  # long answers that only level 2 can remove
+        if message["role"] == "assistant" and message.get("content"):
+            message["content"] += " Details: " + "the wheel is fine. " * 60
+    return chat
+
+
+SETTINGS = {"window": 6000, "summarize": True, "summary_tokens": 200}
+
+
+async def test_dropped_exchanges_are_replaced_by_a_summary() -> None:
+    upstream = SummarisingUpstream()
+    async with proxy_client(upstream, **SETTINGS) as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": long_chat()})
+    assert response.status_code == 200
+    assert response.headers["x-compaction-summarized"] == "1"
+    [sent] = upstream.chat_requests()
+    summaries = [m for m in sent["messages"] if str(m.get("content")).startswith(SUMMARY_PREFIX)]
+    assert len(summaries) == 1 and "order #4471 summary" in summaries[0]["content"]
+    assert int(response.headers["x-compaction-tokens-after"]) <= 4800
+
+
+async def test_summaries_are_cached_across_turns() -> None:
+    upstream = SummarisingUpstream()
+    chat = long_chat()
+    async with proxy_client(upstream, **SETTINGS) as client:
+        await client.post("/v1/chat/completions", json={"model": "m", "messages": chat})
+        calls = upstream.summary_calls
+        chat = [*chat, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "next?"}]
+        await client.post("/v1/chat/completions", json={"model": "m", "messages": chat})
+    assert calls >= 1
+    assert upstream.summary_calls == calls, "the same dropped run is summarised once"
+    first, second = upstream.chat_requests()
+    assert second["messages"][: len(first["messages"])] == first["messages"], (
+        "the prefix stays byte-identical"
+    )
+
+
+async def test_a_failing_summariser_falls_back_to_dropping() -> None:
+    upstream = SummarisingUpstream(fail=True)
+    async with proxy_client(upstream, **SETTINGS) as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": long_chat()})
+    assert response.status_code == 200
+    assert "x-compaction-summarized" not in response.headers
+    assert int(response.headers["x-compaction-dropped"]) > 0
+
+
+async def test_a_stalled_summariser_times_out_and_falls_back() -> None:
+    async def stall(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if body["messages"][0].get("content") == INSTRUCTIONS:
+            raise httpx.ReadTimeout("stalled")
+        return httpx.Response(200, json=completion())
+
+    async with proxy_client(httpx.MockTransport(stall), **SETTINGS) as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": long_chat()})
+    assert response.status_code == 200 and "x-compaction-summarized" not in response.headers
+
+
+def test_chunk_keys_are_stable_as_a_run_grows() -> None:
+    run = long_chat(40)[2:]
+    small = chunks(run[:40], model="m", chunk_chars=3000)
+    grown = chunks(run, model="m", chunk_chars=3000)
+    assert len(small) >= 2
+    assert [c.key for c in small[:-1]] == [c.key for c in grown[: len(small) - 1]]
+
+
+# Shared between replicas through a real Redis server.
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (scripts/test.sh installs it from Debian)")
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("redis-server did not start")
+        time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.mark.redis
+async def test_replicas_share_summaries_through_redis(redis_url: str) -> None:
+    first, second = SummarisingUpstream(), SummarisingUpstream()
+    chat = long_chat()
+    async with proxy_client(first, cache_url=redis_url, **SETTINGS) as replica_a:
+        a = await replica_a.post("/v1/chat/completions", json={"model": "m", "messages": chat})
+    async with proxy_client(second, cache_url=redis_url, **SETTINGS) as replica_b:
+        b = await replica_b.post("/v1/chat/completions", json={"model": "m", "messages": chat})
+    assert a.headers["x-compaction-summarized"] == b.headers["x-compaction-summarized"] == "1"
+    assert first.summary_calls >= 1 and second.summary_calls == 0, "replica B reused replica A's summary"
+    assert first.chat_requests() == second.chat_requests(), "both replicas sent the same bytes upstream"
+
+
+@pytest.mark.redis
+async def test_redis_down_is_a_cache_miss_not_a_failure() -> None:
+    upstream = SummarisingUpstream()
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    async with proxy_client(upstream, cache_url=dead, **SETTINGS) as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": long_chat()})
+    assert response.status_code == 200 and response.headers["x-compaction-summarized"] == "1"
