@@ -45,6 +45,7 @@ from proxy.upstream import (
 
 log = logging.getLogger("proxy")
 
+LOGGED_BODY_BYTES = 64 * 1024
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
@@ -162,6 +163,10 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
                 raise context_length_error(plan)
         if plan.result.changed:
             log.info(plan.summary())
+        if settings.log_bodies:
+            log.info("request body: %s", raw[:LOGGED_BODY_BYTES].decode("utf-8", "replace"))
+            if plan.result.changed:
+                log.info("compacted messages: %s", dump_json(plan.result.messages)[:LOGGED_BODY_BYTES].decode())
         response = await send(request, "/chat/completions", plan.body_bytes(raw, body), "chat")
         if response.status_code in OVERFLOW_STATUSES:
             error = await read_raw(response)

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from proxy.logs import log_config
 
-    load_settings(args.env_file)  # fail fast, in the parent, with a readable message
+    settings = load_settings(args.env_file)  # fail fast, in the parent, with a readable message
     if args.env_file:
         import os
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         "port": args.port,
         "workers": args.workers,
         "log_level": args.log_level,
-        "log_config": log_config(args.log_level),
+        "log_config": log_config(args.log_level, settings.log_format),
         "access_log": not args.no_access_log,
         "timeout_graceful_shutdown": args.timeout_graceful_shutdown,
         "factory": True,
