@@ -50,10 +50,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def load_settings(env_file: str | None) -> Settings:
     try:
-        return Settings(_env_file=env_file) if env_file else Settings()  # type: ignore[call-arg]
+        settings = Settings(_env_file=env_file) if env_file else Settings()  # type: ignore[call-arg]
     except ValidationError as exc:
         print(f"compacting-proxy: {describe_validation_error(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
+    from proxy.planner import check_tokenizers
+
+    try:
+        check_tokenizers(settings)
+    except ValueError as exc:
+        print(f"compacting-proxy: invalid configuration:\n  {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return settings
 
 
 def main(argv: list[str] | None = None) -> None:

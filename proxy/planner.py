@@ -42,6 +42,16 @@ def text_counter(spec: str) -> TextCounter:
     return load_text_counter(spec)
 
 
+def check_tokenizers(settings: Settings) -> None:
+    """Load every configured tokenizer once, so a missing package fails at start-up, not per request."""
+    specs = {settings.tokenizer} | {o.tokenizer for o in settings.models.values() if o.tokenizer}
+    for spec in sorted(specs):
+        try:
+            text_counter(spec)
+        except (ValueError, RuntimeError) as exc:
+            raise ValueError(f"COMPACT_TOKENIZER={spec}: {exc}") from None
+
+
 class Planner:
     def __init__(
         self,

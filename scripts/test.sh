@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test,dev]'
+.venv/bin/python -m pip install --quiet -e '.[test,dev,tokenizers]'
 
 MARKERS=()
 if [ "${FAST:-0}" = "1" ]; then

@@ -43,3 +43,9 @@ def test_demo_replays_a_long_chat() -> None:
     lines = result.stdout.splitlines()
     assert any("->" in line for line in lines), result.stdout
     assert all(line.rstrip().endswith("ok") for line in lines if line[:4].strip().isdigit())
+
+
+def test_an_unloadable_tokenizer_fails_at_start_up() -> None:
+    result = run("--port", "1", COMPACT_TOKENIZER="hf:/nonexistent/tokenizer.json")
+    assert result.returncode == 2
+    assert "COMPACT_TOKENIZER" in result.stderr and "Traceback" not in result.stderr
