@@ -293,3 +293,14 @@ async def test_healthz_and_unknown_routes() -> None:
         missing = await client.get("/nope")
     assert health.json() == {"status": "ok"}
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+async def test_clamp_max_tokens_lowers_the_reply_limit_instead() -> None:
+    upstream = RecordingUpstream()
+    body = {"model": "m", "messages": bike_shop_chat(items=60), "max_tokens": 7000}
+    async with proxy_client(upstream, window=8000, clamp_max_tokens=True) as client:
+        response = await client.post("/v1/chat/completions", json=body)
+    sent = upstream.last_json()
+    assert sent["messages"] == body["messages"], "no compaction needed once the reply may shrink"
+    assert sent["max_tokens"] == int(response.headers["x-compaction-max-tokens"]) < 7000
+    assert sent["max_tokens"] + int(response.headers["x-compaction-tokens-after"]) <= 8000

@@ -194,3 +194,42 @@ async def test_exact_counts_from_vllm_and_llama_cpp() -> None:
 def test_recorded_payloads_are_json() -> None:
     for payload in (VLLM_MODELS, LLAMA_PROPS, OLLAMA_PS, OLLAMA_SHOW):
         assert json.loads(json.dumps(payload)) == payload
+
+
+async def test_auto_window_decides_through_the_app() -> None:
+    from tests.conversations import bike_shop_chat
+    from tests.fakes import RecordingUpstream, completion, proxy_client
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(
+                200,
+                json={
+                    "data": [{"id": "big", "max_model_len": 131072}, {"id": "small", "max_model_len": 4096}]
+                },
+            )
+        return httpx.Response(200, json=completion())
+
+    upstream = RecordingUpstream(respond=respond)
+    body = {"model": "big", "messages": bike_shop_chat()}
+    async with proxy_client(upstream, window="auto", fallback_window=2048) as client:
+        big = await client.post("/v1/chat/completions", json=body)
+        small = await client.post("/v1/chat/completions", json={**body, "model": "small"})
+        report = (await client.post("/compact", json={**body, "model": "small"})).json()["report"]
+    assert "x-compaction-tokens-before" not in big.headers
+    assert "x-compaction-tokens-before" in small.headers
+    assert report["window"] == 4096
+    paths = [r.url.path for r in upstream.requests]
+    assert paths.count("/v1/models") == 2, "asked once per model, then cached"
+
+
+async def test_a_configured_window_wins_over_detection() -> None:
+    from tests.fakes import RecordingUpstream, proxy_client
+
+    upstream = RecordingUpstream()
+    async with proxy_client(upstream, window="auto", model_windows="m=1000") as client:
+        report = (await client.post("/compact", json={"model": "m", "messages": []})).json()["report"]
+        fallback = (await client.post("/compact", json={"model": "x", "messages": []})).json()["report"]
+    assert report["window"] == 1000
+    assert fallback["window"] == 8192, "nothing detected: the fallback"
+    assert [r.url.path for r in upstream.requests].count("/v1/models") == 1
