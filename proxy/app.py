@@ -166,7 +166,8 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
         if settings.log_bodies:
             log.info("request body: %s", raw[:LOGGED_BODY_BYTES].decode("utf-8", "replace"))
             if plan.result.changed:
-                log.info("compacted messages: %s", dump_json(plan.result.messages)[:LOGGED_BODY_BYTES].decode())
+                compacted = dump_json(plan.result.messages)[:LOGGED_BODY_BYTES]
+                log.info("compacted messages: %s", compacted.decode("utf-8", "replace"))
         response = await send(request, "/chat/completions", plan.body_bytes(raw, body), "chat")
         if response.status_code in OVERFLOW_STATUSES:
             error = await read_raw(response)

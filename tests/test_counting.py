@@ -36,7 +36,10 @@ class CountingUpstream:
         real = self.real_tokens(messages)
         if real > WINDOW:
             self.rejected += 1
-            message = f"This model's maximum context length is {WINDOW} tokens. However, your messages resulted in {real} tokens."
+            message = (
+                f"This model's maximum context length is {WINDOW} tokens. "
+                f"However, your messages resulted in {real} tokens."
+            )
             error = {"message": message, "type": "invalid_request_error", "code": "context_length_exceeded"}
             return httpx.Response(400, json={"error": error})
         self.seen.append(real)
@@ -47,7 +50,7 @@ def chinese_turns() -> list[str]:
     paragraphs = [
         p.strip() for text in (ZH_BOOKSHOP, ZH_DATABASE, ZH_TEA) for p in text.split("\n\n") if p.strip()
     ]
-    return [f"第{i}个问题：{paragraphs[i % len(paragraphs)]}" for i in range(40)]
+    return [f"第{i}个问题: {paragraphs[i % len(paragraphs)]}" for i in range(40)]
 
 
 def code_turns() -> list[str]:
