@@ -95,6 +95,25 @@ def window_from_ollama_show(payload: Any) -> DetectedWindow | None:
     return None
 
 
+async def fetch_json(
+    client: httpx.AsyncClient, method: str, url: str, headers: Sequence[tuple[bytes, bytes]], body: Any = None
+) -> Any:
+    """The JSON of a 200 answer, or None for anything else: no answer, another status, not JSON."""
+    try:
+        content = orjson.dumps(body) if body is not None else None
+        response = await client.request(
+            method, url, headers=list(headers), content=content, timeout=PROBE_TIMEOUT
+        )
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return None
+
+
 class WindowDetector:
     """Asks the upstream for each model's window; caches answers (and failures) for `refresh` s."""
 
@@ -139,34 +158,19 @@ class WindowDetector:
 
     async def _detect(self, model: str, headers: Sequence[tuple[bytes, bytes]]) -> DetectedWindow | None:
         auth = [(k, v) for k, v in headers if k.lower() == b"authorization"]
-        models = await self._get_json("GET", f"{self.base_url}/models", auth)
+        models = await fetch_json(self.client, "GET", f"{self.base_url}/models", auth)
         if found := window_from_models(models, model):
             return found
-        if found := window_from_llama_props(await self._get_json("GET", f"{self.root_url}/props", auth)):
-            return found
-        if found := window_from_ollama_ps(
-            await self._get_json("GET", f"{self.root_url}/api/ps", auth), model
+        if found := window_from_llama_props(
+            await fetch_json(self.client, "GET", f"{self.root_url}/props", auth)
         ):
             return found
-        show = await self._get_json("POST", f"{self.root_url}/api/show", auth, {"model": model})
+        if found := window_from_ollama_ps(
+            await fetch_json(self.client, "GET", f"{self.root_url}/api/ps", auth), model
+        ):
+            return found
+        show = await fetch_json(self.client, "POST", f"{self.root_url}/api/show", auth, {"model": model})
         return window_from_ollama_show(show)
-
-    async def _get_json(
-        self, method: str, url: str, headers: Sequence[tuple[bytes, bytes]], body: Any = None
-    ) -> Any:
-        try:
-            content = orjson.dumps(body) if body is not None else None
-            response = await self.client.request(
-                method, url, headers=list(headers), content=content, timeout=PROBE_TIMEOUT
-            )
-        except httpx.HTTPError:
-            return None
-        if response.status_code != 200:
-            return None
-        try:
-            return orjson.loads(response.content)
-        except orjson.JSONDecodeError:
-            return None
 
 
 class UpstreamTokenCounter:
@@ -180,27 +184,16 @@ class UpstreamTokenCounter:
     async def count(self, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()) -> int | None:
         auth = [(k, v) for k, v in headers if k.lower() == b"authorization"]
         request = {key: body[key] for key in ("model", "messages", "tools") if key in body}
-        try:
-            answer = await self._post(f"{self.root_url}/tokenize", auth, request)
-            if isinstance(answer, dict) and (count := _positive_int(answer.get("count"))):
-                return count  # vLLM
-            templated = await self._post(f"{self.root_url}/apply-template", auth, request)
-            prompt = templated.get("prompt") if isinstance(templated, dict) else None
-            if isinstance(prompt, str):
-                tokens = await self._post(f"{self.root_url}/tokenize", auth, {"content": prompt})
-                if isinstance(tokens, dict) and isinstance(tokens.get("tokens"), list):
-                    return len(tokens["tokens"])
-        except httpx.HTTPError as exc:
-            log.warning("exact token count from the upstream failed: %s", exc)
+        answer = await fetch_json(self.client, "POST", f"{self.root_url}/tokenize", auth, request)
+        if isinstance(answer, dict) and (count := _positive_int(answer.get("count"))):
+            return count  # vLLM
+        templated = await fetch_json(self.client, "POST", f"{self.root_url}/apply-template", auth, request)
+        prompt = templated.get("prompt") if isinstance(templated, dict) else None
+        if isinstance(prompt, str):
+            tokens = await fetch_json(
+                self.client, "POST", f"{self.root_url}/tokenize", auth, {"content": prompt}
+            )
+            if isinstance(tokens, dict) and isinstance(tokens.get("tokens"), list):
+                return len(tokens["tokens"])
+        log.warning("the upstream gave no exact token count; using the estimate")
         return None
-
-    async def _post(self, url: str, headers: Sequence[tuple[bytes, bytes]], body: Any) -> Any:
-        response = await self.client.post(
-            url, headers=list(headers), content=orjson.dumps(body), timeout=PROBE_TIMEOUT
-        )
-        if response.status_code != 200:
-            return None
-        try:
-            return orjson.loads(response.content)
-        except orjson.JSONDecodeError:
-            return None

@@ -5,12 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
-fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test,dev,tokenizers]'
+VENV_EXTRAS=test,dev,tokenizers . scripts/venv.sh
 
 MARKERS=()
 if [ "${FAST:-0}" = "1" ]; then
