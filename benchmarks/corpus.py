@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (the CJK samples are full of full-width punctuation, on purpose)
 """A built-in corpus for measuring token estimators, with nothing downloaded.
 
 Prose is hand-written with varied content (BPE merges repeated text unrealistically well, so
@@ -307,6 +308,26 @@ El mercado municipal celebrará este sábado su tradicional feria de otoño. Hab
 artesanales, miel, setas y productos de la huerta, además de talleres de cocina para niños. Los
 organizadores recomiendan llegar temprano, porque el año pasado las castañas asadas se agotaron
 antes del mediodía.
+"""
+
+EU_TRAVEL = """\
+Il treno regionale per Bolzano parte ogni ora dalla stazione centrale. Il viaggio dura poco più
+di due ore e attraversa vigneti, castelli e piccoli paesi di montagna. Conviene sedersi sul lato
+destro: dopo Trento la valle si stringe e la vista sulle Dolomiti è spettacolare, soprattutto al
+tramonto. I biglietti si comprano anche a bordo, ma costano qualche euro in più.
+
+A praia de Matosinhos fica a vinte minutos do centro do Porto de metro. No verão a água é fria,
+mesmo em agosto, mas isso não impede as famílias de passarem o dia inteiro na areia. Ao fim da
+tarde, os restaurantes da rua principal grelham sardinhas e robalo à porta, e o cheiro chega até
+à estação. Não é preciso reservar, mas convém chegar antes das oito.
+
+Kraków najlepiej zwiedzać pieszo. Z Rynku Głównego można w kwadrans dojść na Wawel, a stamtąd
+spacerem wzdłuż Wisły na Kazimierz, gdzie wieczorem otwierają się małe kawiarnie i księgarnie.
+W zimie warto ciepło się ubrać, bo wiatr od rzeki potrafi być przenikliwy, a dni są krótkie.
+
+Am Wochenende lohnt sich ein Ausflug an den Bodensee. Mit dem Fahrrad kann man in zwei Tagen
+gemütlich von Konstanz nach Lindau fahren, übernachtet unterwegs in einer kleinen Pension und
+probiert abends Felchen aus dem See. Wer es eilig hat, nimmt für die Rückfahrt die Fähre.
 """
 
 # --------------------------------------------------------------------------------------------
@@ -664,7 +685,13 @@ type Pool struct {
 }
 
 func NewPool(q Queue, concurrency int, logger *slog.Logger) *Pool {
-	return &Pool{queue: q, handlers: map[string]Handler{}, concurrency: concurrency, maxAttempts: 5, logger: logger}
+	return &Pool{
+		queue:       q,
+		handlers:    map[string]Handler{},
+		concurrency: concurrency,
+		maxAttempts: 5,
+		logger:      logger,
+	}
 }
 
 func (p *Pool) Handle(kind string, h Handler) { p.handlers[kind] = h }
@@ -813,16 +840,70 @@ config:
 # --------------------------------------------------------------------------------------------
 # Generated structured samples
 
-_WORDS = (
-    "wireless ergonomic stainless compact portable premium organic waterproof adjustable "
-    "rechargeable lightweight heavy-duty foldable vintage smart bamboo ceramic leather cotton "
-    "aluminum insulated magnetic modular"
-).split()
-_NOUNS = (
-    "keyboard mouse bottle backpack lamp kettle headphones charger jacket blender desk chair "
-    "mug tent speaker monitor cable wallet notebook thermos pan drill umbrella"
-).split()
-_CITIES = "Berlin Lyon Porto Austin Osaka Toronto Leeds Gdansk Bologna Denver Valencia Utrecht".split()
+_WORDS = [
+    "wireless",
+    "ergonomic",
+    "stainless",
+    "compact",
+    "portable",
+    "premium",
+    "organic",
+    "waterproof",
+    "adjustable",
+    "rechargeable",
+    "lightweight",
+    "heavy-duty",
+    "foldable",
+    "vintage",
+    "smart",
+    "bamboo",
+    "ceramic",
+    "leather",
+    "cotton",
+    "aluminum",
+    "insulated",
+    "magnetic",
+    "modular",
+]
+_NOUNS = [
+    "keyboard",
+    "mouse",
+    "bottle",
+    "backpack",
+    "lamp",
+    "kettle",
+    "headphones",
+    "charger",
+    "jacket",
+    "blender",
+    "desk",
+    "chair",
+    "mug",
+    "tent",
+    "speaker",
+    "monitor",
+    "cable",
+    "wallet",
+    "notebook",
+    "thermos",
+    "pan",
+    "drill",
+    "umbrella",
+]
+_CITIES = [
+    "Berlin",
+    "Lyon",
+    "Porto",
+    "Austin",
+    "Osaka",
+    "Toronto",
+    "Leeds",
+    "Gdansk",
+    "Bologna",
+    "Denver",
+    "Valencia",
+    "Utrecht",
+]
 _STATUSES = ["pending", "paid", "shipped", "delivered", "cancelled", "refunded"]
 _CARRIERS = ["DHL", "UPS", "FedEx", "GLS", "DPD", "PostNL"]
 
@@ -844,9 +925,11 @@ def json_orders(seed: int = 1, count: int = 6) -> str:
     orders = []
     for _ in range(count):
         items = []
+        subtotal = 0.0
         for _ in range(rng.randint(1, 4)):
             price = round(rng.uniform(3, 400), 2)
             qty = rng.randint(1, 5)
+            subtotal += round(price * qty, 2)
             items.append(
                 {
                     "sku": f"SKU-{rng.randint(10000, 99999)}-{rng.choice(['BLK', 'WHT', 'RED', 'BLU'])}",
@@ -856,7 +939,7 @@ def json_orders(seed: int = 1, count: int = 6) -> str:
                     "line_total": round(price * qty, 2),
                 }
             )
-        subtotal = round(sum(i["line_total"] for i in items), 2)  # type: ignore[misc]
+        subtotal = round(subtotal, 2)
         shipping = rng.choice([0, 4.99, 9.9, 14.5])
         orders.append(
             {
@@ -897,8 +980,11 @@ def json_catalog(seed: int = 2, count: int = 14) -> str:
             "reviews": rng.randint(0, 18000),
             "dimensions_cm": [round(rng.uniform(1, 80), 1) for _ in range(3)],
             "weight_kg": round(rng.uniform(0.05, 25), 3),
-            "warehouse": {"id": f"WH{rng.randint(1, 40):03d}", "lat": round(rng.uniform(40, 55), 6),
-                          "lon": round(rng.uniform(-5, 20), 6)},
+            "warehouse": {
+                "id": f"WH{rng.randint(1, 40):03d}",
+                "lat": round(rng.uniform(40, 55), 6),
+                "lon": round(rng.uniform(-5, 20), 6),
+            },
             "tags": rng.sample(_WORDS, 3),
             "active": rng.random() > 0.1,
         }
@@ -923,16 +1009,19 @@ def json_search(seed: int = 3, count: int = 8) -> str:
     results = []
     for rank in range(1, count + 1):
         noun = rng.choice(_NOUNS)
-        site = rng.choice(["example-shop.com", "reviews.example.org", "gadgetlab.example.net", "forum.example.io"])
+        site = rng.choice(
+            ["example-shop.com", "reviews.example.org", "gadgetlab.example.net", "forum.example.io"]
+        )
         results.append(
             {
                 "rank": rank,
-                "title": f"Best {rng.choice(_WORDS)} {noun} {rng.randint(2022, 2024)}: {rng.randint(5, 25)} tested",
+                "title": f"Best {rng.choice(_WORDS)} {noun} {rng.randint(2022, 2024)}: "
+                f"{rng.randint(5, 25)} tested",
                 "url": f"https://{site}/{noun}/{rng.randint(10000, 99999)}-{rng.choice(_WORDS)}-{noun}",
                 "snippet": rng.choice(snippets),
                 "score": round(rng.random(), 4),
                 "published": _iso(rng)[:10],
-                "cached_id": "%016x" % rng.getrandbits(64),
+                "cached_id": f"{rng.getrandbits(64):016x}",
             }
         )
     return json.dumps({"search_id": _ident(rng, "srch_", 12), "results": results}, indent=2)
@@ -964,7 +1053,7 @@ def logs(seed: int = 5, lines: int = 45) -> str:
     out = []
     for i in range(lines):
         ts = f"2024-06-03 14:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d},{rng.randint(0, 999):03d}"
-        req = "%08x" % rng.getrandbits(32)
+        req = f"{rng.getrandbits(32):08x}"
         roll = rng.random()
         if roll < 0.75:
             path = rng.choice(paths)
@@ -973,7 +1062,8 @@ def logs(seed: int = 5, lines: int = 45) -> str:
             code = rng.choice([200, 200, 200, 201, 204, 304, 400, 404])
             out.append(
                 f"{ts} INFO  [worker-{rng.randint(1, 8)}] http: {rng.choice(['GET', 'POST', 'PUT'])} {path} "
-                f"status={code} duration_ms={rng.uniform(1, 400):.1f} req_id={req} bytes={rng.randint(80, 90000)}"
+                f"status={code} duration_ms={rng.uniform(1, 400):.1f} req_id={req} "
+                f"bytes={rng.randint(80, 90000)}"
             )
         elif roll < 0.9:
             out.append(
@@ -1047,7 +1137,7 @@ CORPUS: dict[str, list[str]] = {
     "Japanese": [JA_TRAIN, JA_BUSINESS],
     "Korean": [KO_MARKET, KO_TECH],
     "Russian": [RU_RIVER, RU_TECH],
-    "French/German/Spanish": [EU_MIXED],
+    "European (fr/de/es/it/pt/pl)": [EU_MIXED, EU_TRAVEL],
     "emoji chat": [EMOJI_CHAT],
     "base64/hex": [make() for make in _GENERATED["base64/hex"]],
     "whitespace-heavy": [WHITESPACE_TABLE],

@@ -26,7 +26,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 ENV_PREFIX = "COMPACT_"
 
 
-TOKENIZERS = ("estimate", "chars4", "upstream", "cl100k_base", "o200k_base", "qwen2.5", "qwen3")
+TOKENIZERS = ("estimate", "chars4", "upstream", "cl100k_base", "qwen2.5", "qwen3", "qwen3.5", "qwen3.6")
 
 
 def check_tokenizer(value: str) -> str:
