@@ -97,8 +97,22 @@ class Planner:
                 raw = plan.result.tokens_before / factor
                 self.calibrator.observe(model, round(raw), exact)
                 plan = self._plan(body, messages, window, self.counter(window.tokenizer, exact / raw))
+                plan = await self._recount(body, plan, headers)
                 return replace(plan, counted_by="upstream")
         return plan
+
+    async def _recount(self, body: Body, plan: ChatPlan, headers: Sequence[tuple[bytes, bytes]]) -> ChatPlan:
+        """A compacted request counted exactly once more: the factor of the whole request is not
+        that of what is left (tool schemas and role markers weigh more in a short prompt)."""
+        if not plan.result.changed or self.exact is None:
+            return plan
+        exact = await self.exact.count({**body, "messages": plan.result.messages}, headers)
+        if not exact or exact <= plan.budget.limit:
+            return plan
+        factor = plan.factor * exact / max(1, plan.result.tokens_after) * RETRY_MARGIN
+        return self._plan(
+            body, validated_messages(body), plan.window, self.counter(plan.window.tokenizer, factor)
+        )
 
     def harder(self, body: Body, plan: ChatPlan, overflow: Overflow) -> ChatPlan | None:
         """The plan for a retry after the upstream rejected `plan` as too long: counted with what the

@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     fallback_window: int = Field(default=8192, gt=0)
     window_refresh: float = Field(default=600.0, gt=0)
     tokenizer: str = "estimate"
-    exact_count_from: float = Field(default=0.7, ge=0)
+    exact_count_from: float = Field(default=0.5, ge=0)
     calibrate: bool = True
     clamp_max_tokens: bool = False
     threshold: float = Field(default=0.8, gt=0, le=1)

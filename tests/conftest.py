@@ -5,6 +5,8 @@ from collections.abc import Iterator
 
 import pytest
 
+pytest_plugins = ["tests.upstreams.fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> Iterator[None]:

@@ -1,0 +1,65 @@
+"""Run the real ``compacting-proxy`` command as a process, for end-to-end tests against llama-server.
+
+The proxy is configured only through its environment (``COMPACT_*``) and started from an empty
+working directory, so neither the host's variables nor a stray ``.env`` leak into it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.upstreams.processes import free_port, log_tail, stop, wait_healthy
+
+STARTUP_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class ProxyServer:
+    base_url: str  # http://127.0.0.1:PORT, without /v1
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return log_tail(self.log_path, lines)
+
+
+def proxy_command() -> list[str]:
+    script = Path(sys.executable).parent / "compacting-proxy"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "proxy"]
+
+
+@contextmanager
+def running_proxy(upstream_url: str, window: int | str, **settings: str) -> Iterator[ProxyServer]:
+    """Serve the proxy in front of ``upstream_url`` (ending in /v1); extra ``settings`` become
+    ``COMPACT_<NAME>`` variables, e.g. ``reply_reserve="64"``."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("COMPACT_")}
+    env |= {"COMPACT_UPSTREAM_URL": upstream_url, "COMPACT_WINDOW": str(window)}
+    env |= {f"COMPACT_{name.upper()}": value for name, value in settings.items()}
+    with tempfile.TemporaryDirectory(prefix="compacting-proxy-") as tmp:
+        port = free_port()
+        log_path = Path(tmp) / "proxy.log"
+        cmd = [*proxy_command(), "--host", "127.0.0.1", "--port", str(port)]
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                cmd, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        server = ProxyServer(f"http://127.0.0.1:{port}", process, log_path)
+        try:
+            wait_healthy(
+                server.base_url,
+                "/healthz",
+                process,
+                log_path,
+                timeout=STARTUP_TIMEOUT_S,
+                name="compacting-proxy",
+            )
+            yield server
+        finally:
+            stop(process)
