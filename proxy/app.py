@@ -6,14 +6,17 @@ or injected (tests pass one with a mock transport, since `httpx.ASGITransport` s
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import logging
 import os
 import time
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
@@ -168,10 +171,15 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
             if plan.result.changed:
                 compacted = dump_json(plan.result.messages)[:LOGGED_BODY_BYTES]
                 log.info("compacted messages: %s", compacted.decode("utf-8", "replace"))
+        return await until_disconnect(request, exchange(request, raw, body, plan))
+
+    async def exchange(request: Request, raw: bytes, body: dict[str, object], plan: ChatPlan) -> Response:
+        """Forward a planned chat request; on an overflow the upstream reports, retry once, harder."""
         response = await send(request, "/chat/completions", plan.body_bytes(raw, body), "chat")
         if response.status_code in OVERFLOW_STATUSES:
             error = await read_raw(response)
             overflow = parse_overflow(response.status_code, error)
+            planner: Planner = request.app.state.planner
             harder = planner.harder(body, plan, overflow) if overflow else None
             if harder is None:
                 if overflow:
@@ -192,7 +200,11 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
         suffix = raw_path.decode("latin-1").removeprefix("/v1")
         content = await read_body(request, settings.max_body_bytes)
-        return await relay(request, await send(request, suffix, content, "passthrough"), None)
+
+        async def forward() -> Response:
+            return await relay(request, await send(request, suffix, content, "passthrough"), None)
+
+        return await until_disconnect(request, forward())
 
     async def summarized(request: Request, body: dict[str, object], plan: ChatPlan) -> ChatPlan:
         """Level 3: the dropped runs of `plan` replaced by summaries, when summaries are on."""
@@ -302,6 +314,31 @@ class RequestContext:
         if scheme.lower() != b"bearer":
             return False
         return any(hmac.compare_digest(key.strip(), allowed) for allowed in self.api_keys)
+
+
+async def until_disconnect(request: Request, work: Coroutine[Any, Any, Response]) -> Response:
+    """Run `work` (the upstream exchange up to the response headers, or the whole answer when it is
+    read at once), and cancel it if the client goes away first: an upstream generating for nobody
+    is closed instead of working on until it answers or times out."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    log.info("the client went away before the upstream answered; upstream request cancelled")
+    return Response(status_code=499)
+
+
+async def _disconnected(request: Request) -> None:
+    """Wait for the client to disconnect (the request body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def route_of(path: str) -> str:

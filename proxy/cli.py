@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 from pydantic import ValidationError
@@ -93,4 +95,11 @@ def main(argv: list[str] | None = None) -> None:
     }
     if args.forwarded_allow_ips:
         options["forwarded_allow_ips"] = args.forwarded_allow_ips
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler it
+    # found installed: make that one a clean exit, status 0, as containers expect.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run("proxy.app:app_from_env", **options)
+
+
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
