@@ -1,0 +1,48 @@
+# syntax=docker/dockerfile:1
+#
+# compacting-proxy: the proxy in a venv (/opt/venv) on a slim Python, served as uid 10001.
+#
+#   docker build -t compacting-proxy .
+#   docker run --rm -p 8080:8080 -e COMPACT_UPSTREAM_URL=http://ollama:11434/v1 compacting-proxy
+#
+# Configuration is only COMPACT_* environment variables (see proxy/settings.py); arguments after the
+# image name go to the command, e.g. `docker run ... compacting-proxy --workers 2 --log-level debug`.
+# The command runs as PID 1 in exec form, so `docker stop` delivers SIGTERM to uvicorn itself: it stops
+# accepting, lets open requests and streams finish (up to --timeout-graceful-shutdown, 30 s) and exits 0.
+# Give it longer than that to stop (`docker stop -t 40`, compose `stop_grace_period`, Kubernetes
+# `terminationGracePeriodSeconds`), or lower the timeout.
+#
+# scripts/check_dockerfile.sh lints this file and replays it without Docker: the build stage's
+# ENV/WORKDIR/COPY/RUN, then the final stage's ENV, ENTRYPOINT/CMD and HEALTHCHECK. Keep the build stage
+# to those instructions, or teach the script the new one.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY proxy ./proxy
+# A regular (non-editable) install: the final stage gets the venv and nothing from /src.
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir .
+
+FROM ${PYTHON_IMAGE} AS runtime
+LABEL org.opencontainers.image.title="compacting-proxy" \
+      org.opencontainers.image.description="OpenAI-compatible proxy that compacts long chats before they overflow the model's window" \
+      org.opencontainers.image.licenses="MIT"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PATH=/opt/venv/bin:$PATH
+RUN groupadd --system --gid 10001 proxy \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin proxy
+# Root-owned and read-only to the server: it needs no writable path, so a read-only root fs works.
+COPY --from=build /opt/venv /opt/venv
+USER 10001:10001
+EXPOSE 8080
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
+ENTRYPOINT ["compacting-proxy", "--host", "0.0.0.0", "--port", "8080"]
