@@ -41,7 +41,8 @@ from proxy.upstream import (
     StreamedResponse,
     Upstream,
     buffered_response,
-    build_client,
+    build_timeout,
+    build_transport,
     is_event_stream,
     read_raw,
 )
@@ -52,19 +53,20 @@ LOGGED_BODY_BYTES = 64 * 1024
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
-def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -> FastAPI:
+def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+    """The proxy for `settings`. Its upstream transport is built in the lifespan, or injected."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        owned = None if client else build_client(settings)
-        if owned:
-            wire(owned)
+        if transport is None:
+            wire(build_transport(settings))
         try:
             yield
         finally:
             if app.state.summarizer:
                 await app.state.summarizer.cache.close()
-            if owned:
-                await owned.aclose()
+            if transport is None:
+                await app.state.http.aclose()  # closes the transport too
 
     app = FastAPI(title="compacting-proxy", version=__version__, lifespan=lifespan)
     metrics = Metrics()
@@ -72,9 +74,13 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
     state.settings = settings
     state.metrics = metrics
 
-    def wire(http: httpx.AsyncClient) -> None:
+    def wire(shared: httpx.AsyncBaseTransport) -> None:
         key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
-        state.upstream = Upstream(http, settings.upstream_url, key)
+        state.upstream = Upstream(shared, settings.upstream_url, key, build_timeout(settings))
+        # Probes and summaries are off the hot path: they may use the client's conveniences.
+        state.http = http = httpx.AsyncClient(
+            transport=shared, timeout=build_timeout(settings), trust_env=False
+        )
         detector = WindowDetector(http, settings.upstream_url, refresh=settings.window_refresh)
         exact = UpstreamTokenCounter(http, settings.upstream_url)
         state.planner = Planner(settings, detector=detector, exact=exact)
@@ -93,8 +99,8 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
             )
 
     state.summarizer = None
-    if client:
-        wire(client)
+    if transport is not None:
+        wire(transport)
     api_keys = [key.get_secret_value().encode() for key in settings.api_keys]
 
     @app.exception_handler(ProxyError)
@@ -127,7 +133,7 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
         """The upstream answers (any HTTP status counts: it is reachable)."""
         upstream: Upstream = request.app.state.upstream
         try:
-            await upstream.client.get(
+            await request.app.state.http.get(
                 upstream.url("/models"), headers=upstream.request_headers([]), timeout=5.0
             )
         except httpx.HTTPError as exc:
@@ -195,7 +201,11 @@ def create_app(settings: Settings, *, client: httpx.AsyncClient | None = None) -
             response = await send(request, "/chat/completions", plan.body_bytes(raw, body), "chat")
         return await relay(request, response, plan)
 
-    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"])
+    @app.api_route(
+        "/v1/{path:path}",
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"],
+        include_in_schema=False,  # any other route of the upstream's, forwarded as it is
+    )
     async def passthrough(request: Request, path: str) -> Response:
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
         suffix = raw_path.decode("latin-1").removeprefix("/v1")

@@ -60,9 +60,9 @@ def tool_result(name: str, seed: int) -> str:
 
 
 async def replay(turns: int, window: int) -> None:
-    stub = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_stub(window)), base_url="http://stub")
+    stub = httpx.ASGITransport(app=create_stub(window))
     settings = Settings(upstream_url="http://stub/v1", window=window, _env_file=None)  # type: ignore[call-arg]
-    proxy = create_app(settings, client=stub)
+    proxy = create_app(settings, transport=stub)
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy), base_url="http://proxy")
     history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     print(f"Replaying {turns} requests through the proxy; the stub model's window is {window} tokens.\n")
@@ -93,7 +93,6 @@ async def replay(turns: int, window: int) -> None:
                 history.append({"role": "tool", "tool_call_id": call["id"], "content": result})
     print(f"\nThe client kept all {len(history)} messages; each request was compacted to fit the window.")
     await client.aclose()
-    await stub.aclose()
 
 
 def run_demo(turns: int = 12, window: int = 8000) -> None:

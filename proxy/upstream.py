@@ -23,6 +23,7 @@ from proxy.settings import Settings
 log = logging.getLogger("proxy.upstream")
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
+URL_CACHE_SIZE = 256
 TAIL_BYTES = 4096  # enough for the final chunk of a stream, where the usage report is
 
 # Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those httpx recomputes.
@@ -44,25 +45,24 @@ HOP_BY_HOP = frozenset(
 )
 
 
-def build_client(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    """The shared client for the lifetime of the app: pooled keep-alive connections, no retries."""
-    timeout = httpx.Timeout(
-        connect=settings.connect_timeout,
-        read=settings.read_timeout,
-        write=settings.write_timeout,
-        pool=settings.pool_timeout,
-    )
+def build_transport(settings: Settings) -> httpx.AsyncBaseTransport:
+    """The pooled keep-alive transport shared by every request for the lifetime of the app."""
+    from proxy.transport import UpstreamTransport
+
     limits = httpx.Limits(
         max_connections=settings.max_connections,
         max_keepalive_connections=settings.max_connections,
         keepalive_expiry=30,
     )
-    return httpx.AsyncClient(
-        transport=transport or httpx.AsyncHTTPTransport(limits=limits, retries=0),
-        timeout=timeout,
-        limits=limits,
-        follow_redirects=False,
-        trust_env=False,
+    return UpstreamTransport(limits)
+
+
+def build_timeout(settings: Settings) -> httpx.Timeout:
+    return httpx.Timeout(
+        connect=settings.connect_timeout,
+        read=settings.read_timeout,
+        write=settings.write_timeout,
+        pool=settings.pool_timeout,
     )
 
 
@@ -88,17 +88,32 @@ def map_transport_errors() -> Iterator[None]:
 
 
 class Upstream:
-    """The upstream server: where a client's path goes and with which headers."""
+    """The upstream server: where a client's path goes, with which headers, through which transport.
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None) -> None:
-        self.client = client
+    Requests go straight to the transport: `httpx.AsyncClient` would add URL merging, cookie
+    handling and redirect bookkeeping that a proxy does not want, at a measured cost per request."""
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: httpx.Timeout | None = None,
+    ) -> None:
+        self.transport = transport
         self.base_url = base_url.rstrip("/")
         self.authorization = f"Bearer {api_key}".encode() if api_key else None
+        self.extensions = {"timeout": (timeout or httpx.Timeout(60.0)).as_dict()}
+        self._urls: dict[str, httpx.URL] = {}
 
-    def url(self, path: str, query: bytes = b"") -> str:
+    def url(self, path: str, query: bytes = b"") -> httpx.URL:
         """The upstream URL for `path`, relative to the upstream's base (e.g. `/chat/completions`)."""
-        url = self.base_url + path
-        return f"{url}?{query.decode('latin-1')}" if query else url
+        url = self._urls.get(path)
+        if url is None:
+            url = httpx.URL(self.base_url + path)
+            if len(self._urls) < URL_CACHE_SIZE:  # paths come from clients: the cache stays bounded
+                self._urls[path] = url
+        return url.copy_with(query=query) if query else url
 
     def request_headers(self, incoming: RawHeaders) -> list[tuple[bytes, bytes]]:
         headers = [
@@ -111,11 +126,13 @@ class Upstream:
             headers.append((b"authorization", self.authorization))
         return headers
 
-    async def open(self, method: str, url: str, headers: RawHeaders, content: bytes) -> httpx.Response:
+    async def open(self, method: str, url: httpx.URL, headers: RawHeaders, content: bytes) -> httpx.Response:
         """Send a request and return the response with its body still unread."""
-        request = self.client.build_request(method, url, headers=list(headers), content=content)
+        request = httpx.Request(
+            method, url, headers=list(headers), content=content, extensions=self.extensions
+        )
         with map_transport_errors():
-            return await self.client.send(request, stream=True)
+            return await self.transport.handle_async_request(request)
 
 
 def response_headers(

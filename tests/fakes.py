@@ -98,5 +98,5 @@ def proxy_client(
 ) -> httpx.AsyncClient:
     """An httpx client talking in-process to a proxy app whose upstream is `upstream`."""
     transport = upstream if isinstance(upstream, httpx.AsyncBaseTransport) else httpx.MockTransport(upstream)
-    app = create_app(make_settings(**overrides), client=httpx.AsyncClient(transport=transport))
+    app = create_app(make_settings(**overrides), transport=transport)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy.test")
