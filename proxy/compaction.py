@@ -29,7 +29,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.notes import build_note, dropped_marker, is_dropped_marker, is_note
+from proxy.notes import (
+    TYPICAL_FACTS,
+    build_note,
+    dropped_marker,
+    is_dropped_marker,
+    is_note,
+    note_without_facts,
+)
 from proxy.tokens import text_of
 
 Message = dict[str, Any]
@@ -37,6 +44,10 @@ CountMessage = Callable[[Message], int]
 
 LEADING_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
+MIN_NOTE_CHARS = 80  # a note's own words, besides its preview
+MAX_SETTLE_ROUNDS = 3
+# Counts of concatenated text differ from the sum of their parts by a token or two at the seams.
+ADDITIVITY_SLACK = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +132,9 @@ class _Replay:
     count: CountMessage
     policy: Policy
     notes: dict[int, str] = field(default_factory=dict)
+    planned: dict[int, tuple[str, str | None, str | None]] = field(default_factory=dict)
+    facts_cost: int = 0
+    empty_cost: int = 0
     dropped: list[bool] = field(default_factory=list)
     calls: dict[str, tuple[int, str | None, str | None]] = field(default_factory=dict)
     skipped: list[_Unit] = field(default_factory=list)
@@ -138,6 +152,8 @@ class _Replay:
         units = self._units(users)
         tools = [i for i in range(n) if messages[i].get("role") in TOOL_ROLES]
         self.marker_cost = max(self.count(dropped_marker(n)), self.policy.gap_tokens)
+        self.empty_cost = self.count({"content": ""})
+        self.facts_cost = self.count({"content": TYPICAL_FACTS}) - self.empty_cost
 
         self.acc = self.budget.fixed
         for i in range(n + 1):
@@ -147,6 +163,15 @@ class _Replay:
                 self._shrink(self._protected_start(users, i), tools, units)
             if i < n:
                 self.acc += self.costs[i]
+        # Notes were costed with their facts' budget; write the surviving ones (within that budget)
+        # and, should a count not add up after all, keep compacting the final request.
+        keep_from = self._protected_start(users, n)
+        for _ in range(MAX_SETTLE_ROUNDS):
+            self._write_notes()
+            if self.acc <= self.budget.limit:
+                break
+            self._shrink(keep_from, tools, units)
+        self._write_notes()
         return self._result(before)
 
     def _head_end(self) -> int:
@@ -202,7 +227,7 @@ class _Replay:
         units = []
         for start, end in itertools.pairwise(cuts):
             span = range(start, end)
-            protected = any(
+            protected = bool(self.policy.protected_tools) and any(
                 self.messages[i].get("role") in TOOL_ROLES and self._is_protected(self._call_of(i)[1])
                 for i in span
             )
@@ -240,19 +265,50 @@ class _Replay:
             self.protected_dropped = True
 
     def _truncate(self, i: int) -> None:
+        """Plan a note for tool result `i`. Building a note means finding the facts in the result, the
+        costly part, so the plan costs the note with its facts estimated; only the notes that
+        survive the replay are written (`_write_notes`), since most old results are dropped later."""
         message = self.messages[i]
         content = message.get("content")
         _, tool, arguments = self._call_of(i)
         if is_note(content) or self._is_protected(tool):
             return
-        note = build_note(
-            text_of(content), tool=tool, arguments=arguments, preview_chars=self.policy.preview_chars
+        text = text_of(content)
+        if len(text) <= self.policy.preview_chars + MIN_NOTE_CHARS:
+            return  # the note would be as long as the result
+        head = note_without_facts(
+            text, tool=tool, arguments=arguments, preview_chars=self.policy.preview_chars
         )
-        cost = self.count({**message, "content": note})
+        cost = self.count({**message, "content": head}) + self.facts_cost + ADDITIVITY_SLACK
         if cost < self.costs[i]:
-            self.notes[i] = note
+            self.planned[i] = (text, tool, arguments)
             self.acc -= self.costs[i] - cost
             self.costs[i] = cost
+
+    def _write_notes(self) -> None:
+        for i, (text, tool, arguments) in self.planned.items():
+            if self.dropped[i]:
+                continue
+            note = build_note(
+                text,
+                tool=tool,
+                arguments=arguments,
+                preview_chars=self.policy.preview_chars,
+                fits=self._facts_fit,
+            )
+            cost = self.count({**self.messages[i], "content": note})
+            original = self.count(self.messages[i])
+            if cost >= original:  # the facts made it no shorter after all: keep the result
+                cost = original
+            else:
+                self.notes[i] = note
+            self.acc += cost - self.costs[i]
+            self.costs[i] = cost
+        self.planned.clear()
+
+    def _facts_fit(self, kept: str) -> bool:
+        """Whether a note's facts section stays within what the plan costed it at."""
+        return self.count({"content": kept}) - self.empty_cost <= self.facts_cost
 
     def _drop(self, unit: _Unit) -> None:
         joins_gap = unit.start > 0 and self.dropped[unit.start - 1]

@@ -10,7 +10,7 @@ so a compacted prefix stays byte-identical from one turn to the next.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -20,6 +20,12 @@ DROPPED_PREFIX = "[Earlier conversation dropped to save context:"
 
 ARGUMENT_CHARS = 120
 FACT_CHARS = 240
+# What a full facts section typically looks like, for costing a note before its facts are found.
+TYPICAL_FACTS = (
+    " Kept: order_id=4471; sku=BW-2231; name=front wheel 700c; price=129.00; qty=2; status=shipped; "
+    "date=2026-11-30; tracking=1Z999AA10123456784; customer=C-10294; total=$258.00; invoice=INV-88213; "
+    "warehouse=Lyon-2; part=RW-700C-32."
+)
 
 _SPACE = re.compile(r"\s+")
 # Keys whose values are facts a later turn asks about again.
@@ -53,13 +59,35 @@ def dropped_marker(count: int) -> dict[str, Any]:
     return {"role": "assistant", "content": f"{DROPPED_PREFIX} {count} earlier {noun}.]"}
 
 
-def build_note(text: str, *, tool: str | None, arguments: str | None, preview_chars: int = 150) -> str:
-    """The note that stands in for a tool result whose plain text is `text`."""
-    call = f"{tool or 'tool'}({_shorten(_compact_json(arguments or ''), ARGUMENT_CHARS)})"
-    preview = _shorten(_SPACE.sub(" ", text[: preview_chars * 4]).strip(), preview_chars)
-    facts = _pick_facts(text, preview)
-    kept = f" Kept: {'; '.join(facts)}." if facts else ""
+def build_note(
+    text: str,
+    *,
+    tool: str | None,
+    arguments: str | None,
+    preview_chars: int = 150,
+    fits: Callable[[str], bool] | None = None,
+) -> str:
+    """The note that stands in for a tool result whose plain text is `text`. `fits` may bound the
+    facts section further than its character budget (the engine bounds it in tokens)."""
+    call, preview = _call_and_preview(text, tool, arguments, preview_chars)
+    facts = _pick_facts(text, preview, fits)
+    kept = _kept(facts)
     return f"{NOTE_PREFIX} {call} returned {len(text):,} chars. Preview: {preview}{kept}]"
+
+
+def note_without_facts(
+    text: str, *, tool: str | None, arguments: str | None, preview_chars: int = 150
+) -> str:
+    """The note without its facts, which cost the most to find: for costing a note before writing it."""
+    call, preview = _call_and_preview(text, tool, arguments, preview_chars)
+    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars. Preview: {preview}]"
+
+
+def _call_and_preview(
+    text: str, tool: str | None, arguments: str | None, preview_chars: int
+) -> tuple[str, str]:
+    call = f"{tool or 'tool'}({_shorten(_compact_json(arguments or ''), ARGUMENT_CHARS)})"
+    return call, _shorten(" ".join(text[: preview_chars * 4].split()), preview_chars)
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -73,7 +101,11 @@ def _compact_json(text: str) -> str:
         return _SPACE.sub(" ", text).strip()
 
 
-def _pick_facts(text: str, preview: str) -> list[str]:
+def _kept(facts: list[str]) -> str:
+    return f" Kept: {'; '.join(facts)}." if facts else ""
+
+
+def _pick_facts(text: str, preview: str, fits: Callable[[str], bool] | None = None) -> list[str]:
     """Facts from `text` not already in the preview, oldest first, within the fact budget."""
     facts: list[str] = []
     used = 0
@@ -82,7 +114,7 @@ def _pick_facts(text: str, preview: str) -> list[str]:
         if fact in seen or fact.rpartition("=")[2] in preview:
             continue
         seen.add(fact)
-        if used + len(fact) + 2 > FACT_CHARS:
+        if used + len(fact) + 2 > FACT_CHARS or (fits is not None and not fits(_kept([*facts, fact]))):
             break
         facts.append(fact)
         used += len(fact) + 2
@@ -103,18 +135,30 @@ def _facts(text: str) -> Iterator[str]:
         yield match.group(0).rstrip(".:/-")
 
 
-def _json_facts(value: Any, key: str = "") -> Iterator[str]:
-    if isinstance(value, dict):
-        for child_key, child in value.items():
-            yield from _json_facts(child, str(child_key))
-    elif isinstance(value, list):
-        for child in value:
-            yield from _json_facts(child, key)
-    elif value is not None and (not isinstance(value, bool) or _FACT_KEY.search(key)):
-        rendered = value if isinstance(value, str) else orjson.dumps(value).decode()
-        if len(rendered) > 60:
-            if _ERROR_LINE.search(rendered):
-                yield f"{key}={_shorten(rendered, 100)}" if key else _shorten(rendered, 100)
-            return
-        if (key and _FACT_KEY.search(key)) or any(ch.isdigit() for ch in rendered):
-            yield f"{key}={rendered}" if key else rendered
+def _json_facts(root: Any) -> Iterator[str]:
+    """Leaves of a JSON value that look like facts, depth first, without recursion (so any depth the
+    parser accepts is fine and a leaf costs the same however deep it sits)."""
+    stack: list[Iterator[tuple[str, Any]]] = [iter((("", root),))]
+    fact_key: dict[str, bool] = {}
+    while stack:
+        for key, value in stack[-1]:
+            if isinstance(value, dict):
+                stack.append((str(k), v) for k, v in value.items())
+                break
+            if isinstance(value, list):
+                stack.append((key, v) for v in value)
+                break
+            if value is None:
+                continue
+            if key not in fact_key:
+                fact_key[key] = bool(key) and _FACT_KEY.search(key) is not None
+            if isinstance(value, bool) and not fact_key[key]:
+                continue
+            rendered = value if isinstance(value, str) else orjson.dumps(value).decode()
+            if len(rendered) > 60:
+                if _ERROR_LINE.search(rendered):
+                    yield f"{key}={_shorten(rendered, 100)}" if key else _shorten(rendered, 100)
+            elif fact_key[key] or any(ch.isdigit() for ch in rendered):
+                yield f"{key}={rendered}" if key else rendered
+        else:
+            stack.pop()

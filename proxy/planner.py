@@ -20,7 +20,7 @@ from proxy.compaction import Policy
 from proxy.overflow import Overflow
 from proxy.probes import UpstreamTokenCounter, WindowDetector
 from proxy.settings import ModelWindow, Settings
-from proxy.tokens import RequestCounter, TextCounter, count_chars4
+from proxy.tokens import MemoTextCounter, RequestCounter, TextCounter, count_chars4
 
 log = logging.getLogger("proxy")
 
@@ -30,16 +30,17 @@ RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count
 
 @lru_cache(maxsize=16)
 def text_counter(spec: str) -> TextCounter:
-    """The text counter a `COMPACT_TOKENIZER` value names (`upstream` estimates; see `Planner`)."""
+    """The text counter a `COMPACT_TOKENIZER` value names (`upstream` estimates; see `Planner`),
+    one per process, remembering the texts it counted."""
     if spec == "chars4":
         return count_chars4
     if spec in ("estimate", "upstream"):
         from proxy.estimator import estimate_text_tokens
 
-        return estimate_text_tokens
+        return MemoTextCounter(estimate_text_tokens)
     from proxy.tokenizers import load_text_counter
 
-    return load_text_counter(spec)
+    return MemoTextCounter(load_text_counter(spec))
 
 
 def check_tokenizers(settings: Settings) -> None:
