@@ -40,7 +40,9 @@ def dump_json(value: Any) -> bytes:
     try:
         return orjson.dumps(value)
     except TypeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        # Integers beyond 64 bits. ASCII escapes keep even a lone surrogate (which the standard
+        # library's parser accepts) valid on the wire.
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def validated_messages(body: Body) -> list[dict[str, Any]]:

@@ -136,6 +136,7 @@ class _Replay:
     facts_cost: int = 0
     empty_cost: int = 0
     dropped: list[bool] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
     calls: dict[str, tuple[int, str | None, str | None]] = field(default_factory=dict)
     skipped: list[_Unit] = field(default_factory=list)
     protected_dropped: bool = False
@@ -146,11 +147,12 @@ class _Replay:
 
     def run(self, before: int) -> CompactionResult:
         messages, n = self.messages, len(self.messages)
+        self.roles = [r if isinstance(r := m.get("role"), str) else "" for m in messages]
         self.dropped = [False] * n
         self._index_calls()
-        users = [i for i in range(self._head_end(), n) if messages[i].get("role") == "user"]
+        users = [i for i in range(self._head_end(), n) if self.roles[i] == "user"]
         units = self._units(users)
-        tools = [i for i in range(n) if messages[i].get("role") in TOOL_ROLES]
+        tools = [i for i in range(n) if self.roles[i] in TOOL_ROLES]
         self.marker_cost = max(self.count(dropped_marker(n)), self.policy.gap_tokens)
         self.empty_cost = self.count({"content": ""})
         self.facts_cost = self.count({"content": TYPICAL_FACTS}) - self.empty_cost
@@ -158,7 +160,7 @@ class _Replay:
         self.acc = self.budget.fixed
         for i in range(n + 1):
             # Each earlier request ended where an assistant reply begins; the last one ends here.
-            at_request = i == n or (i > 0 and messages[i].get("role") == "assistant")
+            at_request = i == n or (i > 0 and self.roles[i] == "assistant")
             if at_request and self.acc > self.budget.limit:
                 self._shrink(self._protected_start(users, i), tools, units)
             if i < n:
@@ -175,8 +177,8 @@ class _Replay:
         return self._result(before)
 
     def _head_end(self) -> int:
-        for i, message in enumerate(self.messages):
-            if message.get("role") not in LEADING_ROLES:
+        for i, role in enumerate(self.roles):
+            if role not in LEADING_ROLES:
                 return i
         return len(self.messages)
 
@@ -189,7 +191,7 @@ class _Replay:
     def _index_calls(self) -> None:
         """Map each tool result to its call: the assistant message's index, the tool and arguments."""
         for i, message in enumerate(self.messages):
-            tool_calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+            tool_calls = message.get("tool_calls") if self.roles[i] == "assistant" else None
             for call in tool_calls if isinstance(tool_calls, list) else ():
                 if isinstance(call, dict) and isinstance(call.get("id"), str):
                     function = call.get("function")
@@ -221,15 +223,14 @@ class _Replay:
         earliest_call = [n] * (n + 1)  # earliest call index among tool results at or after i
         for i in range(n - 1, -1, -1):
             earliest_call[i] = earliest_call[i + 1]
-            if self.messages[i].get("role") in TOOL_ROLES:
+            if self.roles[i] in TOOL_ROLES:
                 earliest_call[i] = min(earliest_call[i], self._call_of(i)[0])
         cuts = [c for c in [users[0] + 1, *users[1:]] if earliest_call[c] >= c and c < n]
         units = []
         for start, end in itertools.pairwise(cuts):
             span = range(start, end)
             protected = bool(self.policy.protected_tools) and any(
-                self.messages[i].get("role") in TOOL_ROLES and self._is_protected(self._call_of(i)[1])
-                for i in span
+                self.roles[i] in TOOL_ROLES and self._is_protected(self._call_of(i)[1]) for i in span
             )
             droppable = not all(is_dropped_marker(self.messages[i]) for i in span)
             units.append(_Unit(start, end, protected, droppable))
