@@ -13,6 +13,10 @@ above this is the proxy's own work.
 - ``httpx-fixedpool``: ``httpx-tuned`` with httpcore's pool assignment fixed
   (``httpcore_pool_fix.py``, an experiment that reaches into httpcore internals).
 - ``aiohttp``: the httpx API over ``httpx_aiohttp.AiohttpTransport`` (PyPI ``httpx-aiohttp``).
+- ``aiohttp-lean`` / ``httpx-lean``: ``httpx.Request`` objects sent straight into the
+  ``AiohttpTransport`` / tuned ``AsyncHTTPTransport`` (``handle_async_request``), skipping
+  ``AsyncClient`` (URL merging, auth and redirect flows, cookie extraction): still the httpx types
+  and exceptions, without the client's per-request bookkeeping.
 - ``aiohttp-native``: ``aiohttp.ClientSession`` directly, no httpx: what the httpx layer costs.
 
 Served by uvicorn with uvloop + httptools, one worker, no access log.
@@ -36,11 +40,29 @@ from starlette.responses import StreamingResponse
 
 HOP_BY_HOP = frozenset(
     {
-        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-        "transfer-encoding", "upgrade", "host", "content-length", "date", "server",
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "date",
+        "server",
     }
 )
-TRANSPORTS = ("httpx", "httpx-tuned", "httpx-fixedpool", "aiohttp", "aiohttp-native")
+TRANSPORTS = (
+    "httpx",
+    "httpx-tuned",
+    "httpx-fixedpool",
+    "aiohttp",
+    "aiohttp-lean",
+    "httpx-lean",
+    "aiohttp-native",
+)
 BIG_POOL = httpx.Limits(max_connections=256, max_keepalive_connections=256, keepalive_expiry=60)
 TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 
@@ -86,7 +108,10 @@ def httpx_forwarder(client: httpx.AsyncClient) -> Forward:
         headers = dict(_end_to_end(upstream.headers))
         if upstream.headers.get("content-type", "").startswith("text/event-stream"):
             return StreamingResponse(
-                upstream.aiter_raw(), upstream.status_code, headers, background=BackgroundTask(upstream.aclose)
+                upstream.aiter_raw(),
+                upstream.status_code,
+                headers,
+                background=BackgroundTask(upstream.aclose),
             )
         try:
             body = b"".join([chunk async for chunk in upstream.aiter_raw()])
@@ -97,16 +122,57 @@ def httpx_forwarder(client: httpx.AsyncClient) -> Forward:
     return forward
 
 
+def lean_forwarder(transport: httpx.AsyncBaseTransport, upstream: str) -> Forward:
+    base = httpx.URL(upstream)
+    urls: dict[str, httpx.URL] = {}
+    timeout = {"timeout": TIMEOUT.as_dict()}
+
+    async def forward(request: Request) -> Response:
+        path = request.url.path
+        url = urls.get(path)
+        if url is None:
+            url = urls.setdefault(path, base.copy_with(path=path))
+        if request.url.query:
+            url = url.copy_with(query=request.url.query.encode())
+        headers = _end_to_end(request.headers)
+        headers.append(("host", base.netloc.decode()))
+        upstream_request = httpx.Request(
+            request.method, url, content=await request.body(), headers=headers, extensions=timeout
+        )
+        upstream = await transport.handle_async_request(upstream_request)
+        headers_out = dict(_end_to_end(upstream.headers))
+        if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+            return StreamingResponse(
+                upstream.aiter_raw(),
+                upstream.status_code,
+                headers_out,
+                background=BackgroundTask(upstream.aclose),
+            )
+        try:
+            body = b"".join([chunk async for chunk in upstream.aiter_raw()])
+        finally:
+            await upstream.aclose()
+        return Response(body, upstream.status_code, headers_out)
+
+    return forward
+
+
 def aiohttp_forwarder(session: Any, upstream: str) -> Forward:
     async def forward(request: Request) -> Response:
         url = upstream + request.url.path + (f"?{request.url.query}" if request.url.query else "")
         resp = await session.request(
-            request.method, url, data=await request.body(), headers=_end_to_end(request.headers),
-            allow_redirects=False, auto_decompress=False,
+            request.method,
+            url,
+            data=await request.body(),
+            headers=_end_to_end(request.headers),
+            allow_redirects=False,
+            auto_decompress=False,
         )
         headers = dict(_end_to_end(resp.headers))
         if resp.headers.get("content-type", "").startswith("text/event-stream"):
-            return StreamingResponse(resp.content.iter_any(), resp.status, headers, background=BackgroundTask(resp.release))
+            return StreamingResponse(
+                resp.content.iter_any(), resp.status, headers, background=BackgroundTask(resp.release)
+            )
         try:
             body = await resp.read()
         finally:
@@ -128,6 +194,16 @@ def create_app(transport: str, upstream: str) -> FastAPI:
             async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
                 state["forward"] = aiohttp_forwarder(session, upstream.rstrip("/"))
                 yield
+        elif transport in ("aiohttp-lean", "httpx-lean"):
+            if transport == "aiohttp-lean":
+                from httpx_aiohttp import AiohttpTransport
+
+                lean: httpx.AsyncBaseTransport = AiohttpTransport(limits=BIG_POOL)
+            else:
+                lean = httpx.AsyncHTTPTransport(http1=True, http2=False, retries=0, limits=BIG_POOL)
+            async with lean:
+                state["forward"] = lean_forwarder(lean, upstream)
+                yield
         else:
             async with build_httpx_client(transport, upstream) as client:
                 state["forward"] = httpx_forwarder(client)
@@ -148,11 +224,19 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18001)
     parser.add_argument("--upstream", default="http://127.0.0.1:18000", help="upstream origin, no /v1")
     parser.add_argument("--transport", choices=TRANSPORTS, default="httpx")
-    parser.add_argument("--lifetime", type=float, default=3600.0, help="stop by itself after this many seconds")
+    parser.add_argument(
+        "--lifetime", type=float, default=3600.0, help="stop by itself after this many seconds"
+    )
     args = parser.parse_args()
     config = uvicorn.Config(
-        create_app(args.transport, args.upstream), host=args.host, port=args.port, loop="uvloop",
-        http="httptools", log_level="warning", access_log=False, lifespan="on",
+        create_app(args.transport, args.upstream),
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
     )
     server = uvicorn.Server(config)
     timer = threading.Timer(args.lifetime, lambda: signal.raise_signal(signal.SIGTERM))

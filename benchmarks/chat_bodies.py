@@ -40,10 +40,49 @@ TOOLS = [
     ]
 ]
 _WORDS = (
-    "request response client server proxy header stream chunk token window budget message tool result "
-    "context compact settings upstream timeout retry socket buffer parse encode decode json async await "
-    "error status value index count limit offset cursor cache layer route handler model usage"
-).split()
+    "request",
+    "response",
+    "client",
+    "server",
+    "proxy",
+    "header",
+    "stream",
+    "chunk",
+    "token",
+    "window",
+    "budget",
+    "message",
+    "tool",
+    "result",
+    "context",
+    "compact",
+    "settings",
+    "upstream",
+    "timeout",
+    "retry",
+    "socket",
+    "buffer",
+    "parse",
+    "encode",
+    "decode",
+    "json",
+    "async",
+    "await",
+    "error",
+    "status",
+    "value",
+    "index",
+    "count",
+    "limit",
+    "offset",
+    "cursor",
+    "cache",
+    "layer",
+    "route",
+    "handler",
+    "model",
+    "usage",
+)
 
 
 def _code_blob(rng: random.Random, size: int) -> str:
@@ -56,9 +95,11 @@ def _code_blob(rng: random.Random, size: int) -> str:
             args = ", ".join(rng.sample(_WORDS, rng.randint(1, 3)))
             line = f"def {name}({args}) -> int:  # line {len(lines) + 1}"
         elif kind < 0.8:
-            line = f"    {rng.choice(_WORDS)} = {rng.choice(_WORDS)}.{rng.choice(_WORDS)}({rng.randint(0, 9999)})"
+            target, obj, attr = (rng.choice(_WORDS) for _ in range(3))
+            line = f"    {target} = {obj}.{attr}({rng.randint(0, 9999)})"
         else:
-            line = f"2025-01-{rng.randint(1, 28):02d}T12:{rng.randint(0, 59):02d} INFO {' '.join(rng.sample(_WORDS, 6))}"
+            stamp = f"2025-01-{rng.randint(1, 28):02d}T12:{rng.randint(0, 59):02d}"
+            line = f"{stamp} INFO {' '.join(rng.sample(_WORDS, 6))}"
         lines.append(line)
         n += len(line) + 1
     return "\n".join(lines)[:size]
@@ -68,7 +109,10 @@ def _tool_exchange(rng: random.Random, i: int, result_size: int) -> list[dict[st
     tool = rng.choice(["read_file", "search_code", "run_command"])
     call_id = f"call_{i:04d}"
     return [
-        {"role": "user", "content": f"Step {i}: check how the {rng.choice(_WORDS)} {rng.choice(_WORDS)} is handled."},
+        {
+            "role": "user",
+            "content": f"Step {i}: check how the {rng.choice(_WORDS)} {rng.choice(_WORDS)} is handled.",
+        },
         {
             "role": "assistant",
             "content": None,
@@ -76,12 +120,19 @@ def _tool_exchange(rng: random.Random, i: int, result_size: int) -> list[dict[st
                 {
                     "id": call_id,
                     "type": "function",
-                    "function": {"name": tool, "arguments": orjson.dumps({"arg": f"proxy/{rng.choice(_WORDS)}.py"}).decode()},
+                    "function": {
+                        "name": tool,
+                        "arguments": orjson.dumps({"arg": f"proxy/{rng.choice(_WORDS)}.py"}).decode(),
+                    },
                 }
             ],
         },
         {"role": "tool", "tool_call_id": call_id, "content": _code_blob(rng, result_size)},
-        {"role": "assistant", "content": f"The {rng.choice(_WORDS)} is handled in step {i}; " + " ".join(rng.sample(_WORDS, 12))},
+        {
+            "role": "assistant",
+            "content": f"The {rng.choice(_WORDS)} is handled in step {i}; "
+            + " ".join(rng.sample(_WORDS, 12)),
+        },
     ]
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import re
 import signal
 import time
@@ -44,7 +45,9 @@ _MODELS = orjson.dumps(
 _NOT_FOUND = b'{"error":{"message":"not found","type":"invalid_request_error","param":null,"code":null}}'
 
 
-def _response(status: bytes, body: bytes, keep_alive: bool, content_type: bytes = b"application/json") -> bytes:
+def _response(
+    status: bytes, body: bytes, keep_alive: bool, content_type: bytes = b"application/json"
+) -> bytes:
     return b"".join(
         (
             b"HTTP/1.1 ",
@@ -81,8 +84,11 @@ def _sse_events(chunks: int, usage: bool, prompt_tokens: int) -> list[bytes]:
             "created": 1700000000,
             "model": "fake-model",
             "choices": [],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": chunks,
-                      "total_tokens": prompt_tokens + chunks},
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": chunks,
+                "total_tokens": prompt_tokens + chunks,
+            },
         }
         events.append(b"data: " + orjson.dumps(payload) + b"\n\n")
     events.append(b"data: [DONE]\n\n")
@@ -204,10 +210,8 @@ async def serve(host: str, port: int, chunks: int, delay: float, lifetime: float
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(f"fake upstream on http://{host}:{port}/v1 (pid-ready {time.time():.3f})", flush=True)
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=lifetime)
-    except TimeoutError:
-        pass
     server.close()
 
 
@@ -217,15 +221,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18000)
     parser.add_argument("--chunks", type=int, default=5, help="content chunks per streamed reply")
     parser.add_argument("--stream-delay-ms", type=float, default=0.0, help="delay between SSE events")
-    parser.add_argument("--lifetime", type=float, default=3600.0, help="stop by itself after this many seconds")
+    parser.add_argument(
+        "--lifetime", type=float, default=3600.0, help="stop by itself after this many seconds"
+    )
     args = parser.parse_args()
-    try:
-        import uvloop
+    import uvloop  # comes with uvicorn[standard]
 
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
-        runner = asyncio.run
-    runner(serve(args.host, args.port, args.chunks, args.stream_delay_ms / 1000, args.lifetime))
+    uvloop.run(serve(args.host, args.port, args.chunks, args.stream_delay_ms / 1000, args.lifetime))
 
 
 if __name__ == "__main__":

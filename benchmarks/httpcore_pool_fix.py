@@ -40,7 +40,8 @@ class OneRequestPerPassPool(httpcore.AsyncConnectionPool):
         for pool_request in [r for r in self._requests if r.is_queued()]:
             origin = pool_request.request.url.origin
             available = [
-                c for c in self._connections
+                c
+                for c in self._connections
                 if id(c) not in taken and c.can_handle_request(origin) and c.is_available()
             ]
             if available:
