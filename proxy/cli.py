@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from types import FrameType
@@ -80,9 +81,9 @@ def main(argv: list[str] | None = None) -> None:
 
     settings = load_settings(args.env_file)  # fail fast, in the parent, with a readable message
     if args.env_file:
-        import os
-
         os.environ["COMPACT_ENV_FILE"] = args.env_file
+    # Read by the protocol in every worker, which does not see a .env file's values otherwise.
+    os.environ["COMPACT_MAX_HEADER_BYTES"] = str(settings.max_header_bytes)
     options: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         "access_log": not args.no_access_log,
         "timeout_graceful_shutdown": args.timeout_graceful_shutdown,
         "factory": True,
+        "http": "proxy.protocol:LimitedHttpToolsProtocol",
     }
     if args.forwarded_allow_ips:
         options["forwarded_allow_ips"] = args.forwarded_allow_ips

@@ -115,6 +115,7 @@ class Settings(BaseSettings):
     pool_timeout: float = Field(default=30.0, gt=0)
     max_connections: int = Field(default=512, ge=1)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)
 
     @field_validator("upstream_url", "summary_url")
     @classmethod

@@ -96,3 +96,58 @@ def test_proxy_errors_reach_the_sdk_as_api_errors(proxy_url: str) -> None:
     with pytest.raises(openai.BadRequestError) as error:
         sdk(proxy_url).chat.completions.create(model="stub", messages="not a list")  # type: ignore[arg-type]
     assert error.value.param == "messages"
+
+
+def test_several_workers_serve_and_stop_cleanly(stub_url: str) -> None:
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    port = free_port()
+    env = {"COMPACT_UPSTREAM_URL": stub_url, "COMPACT_WINDOW": str(WINDOW)}
+    args = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--workers", "2", "--no-access-log"]
+    with running(args, ready_url=f"http://127.0.0.1:{port}/healthz", env=env) as process:
+        client = sdk(f"http://127.0.0.1:{port}/v1")
+        with ThreadPoolExecutor(8) as pool:
+            replies = list(
+                pool.map(
+                    lambda _: client.chat.completions.create(model="stub", messages=long_chat()), range(16)
+                )
+            )
+        assert all(r.choices[0].message.content for r in replies)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+def raw_request(proxy_url: str, head: bytes, body: bytes = b"") -> bytes:
+    import socket
+
+    port = int(proxy_url.rsplit(":", 1)[1].split("/")[0])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head + body)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+            if b"\r\n\r\n" in b"".join(chunks) and not body:
+                break
+        return b"".join(chunks)
+
+
+def test_oversize_headers_get_431_and_the_connection_closed(proxy_url: str) -> None:
+    big = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\nConnection: close\r\n\r\n"
+    answer = raw_request(proxy_url, big)
+    assert answer.startswith(b"HTTP/1.1 431")
+    assert b'"code":"request_header_fields_too_large"' in answer
+    fine = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Ok: " + b"a" * 8_000 + b"\r\nConnection: close\r\n\r\n"
+    assert raw_request(proxy_url, fine).startswith(b"HTTP/1.1 200")
+
+
+def test_a_big_body_is_not_mistaken_for_big_headers(proxy_url: str) -> None:
+    import json
+
+    messages = [{"role": "user", "content": "x" * 20}] + [{"role": "assistant", "content": "y" * 1000}] * 300
+    body = json.dumps({"model": "stub", "messages": messages, "max_tokens": 10}).encode()
+    head = (
+        b"POST /compact HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nConnection: close\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n"
+    )
+    assert raw_request(proxy_url, head, body).startswith(b"HTTP/1.1 200")
