@@ -228,7 +228,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         else:
             auth = upstream_headers(request)
         planner: Planner = request.app.state.planner
-        counter = planner.counter(plan.window.tokenizer, plan.factor)
+        counter = planner.counter_for(plan)
         done = await summarizer.apply(plan, body["messages"], counter, auth)  # type: ignore[arg-type]
         if done.summarized:
             metrics.summaries.labels("written").inc(done.summarized)

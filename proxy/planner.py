@@ -84,23 +84,31 @@ class Planner:
         return RequestCounter(text_counter(spec), factor=factor, image_tokens=self.settings.image_tokens)
 
     async def plan(self, body: Body, headers: Sequence[tuple[bytes, bytes]] = ()) -> ChatPlan:
+        """Count with the calibrated estimate; near the line, count again with the configured
+        tokenizer (a local one, or the upstream's `/tokenize`)."""
         messages = validated_messages(body)
         model = str(body.get("model") or "")
         window = await self.window(model, headers)
-        estimating = window.tokenizer in ("estimate", "chars4", "upstream")
-        factor = self.calibrator.factor(model) if estimating else 1.0
-        plan = self._plan(body, messages, window, self.counter(window.tokenizer, factor))
-        if plan.result.tokens_before < self.settings.exact_count_from * plan.budget.limit:
+        estimate = "chars4" if window.tokenizer == "chars4" else "estimate"
+        factor = self.calibrator.factor(model)
+        plan = self._plan(body, messages, window, estimate, factor)
+        near = plan.result.tokens_before >= self.settings.exact_count_from * plan.budget.limit
+        if window.tokenizer == estimate or not near:
             return plan
-        if window.tokenizer == "upstream" and self.exact:
-            exact = await self.exact.count(body, headers)
-            if exact:
-                raw = plan.result.tokens_before / factor
-                self.calibrator.observe(model, round(raw), exact)
-                plan = self._plan(body, messages, window, self.counter(window.tokenizer, exact / raw))
-                plan = await self._recount(body, plan, headers)
-                return replace(plan, counted_by="upstream")
-        return plan
+        if window.tokenizer != "upstream":
+            return self._plan(body, messages, window, window.tokenizer, 1.0)
+        exact = await self.exact.count(body, headers) if self.exact else None
+        if not exact:
+            return plan
+        raw = plan.result.tokens_before / factor
+        self.calibrator.observe(model, round(raw), exact)
+        plan = self._plan(body, messages, window, "estimate", exact / raw)
+        return replace(await self._recount(body, plan, headers), counted_by="upstream")
+
+    def counter_for(self, plan: ChatPlan, factor: float | None = None) -> RequestCounter:
+        """The counter `plan` was counted with (the upstream's count scales the estimate)."""
+        spec = "estimate" if plan.counted_by == "upstream" else plan.counted_by
+        return self.counter(spec, plan.factor if factor is None else factor)
 
     async def _recount(self, body: Body, plan: ChatPlan, headers: Sequence[tuple[bytes, bytes]]) -> ChatPlan:
         """A compacted request counted exactly once more: the factor of the whole request is not
@@ -111,9 +119,7 @@ class Planner:
         if not exact or exact <= plan.budget.limit:
             return plan
         factor = plan.factor * exact / max(1, plan.result.tokens_after) * RETRY_MARGIN
-        return self._plan(
-            body, validated_messages(body), plan.window, self.counter(plan.window.tokenizer, factor)
-        )
+        return self._plan(body, validated_messages(body), plan.window, "estimate", factor)
 
     def harder(self, body: Body, plan: ChatPlan, overflow: Overflow) -> ChatPlan | None:
         """The plan for a retry after the upstream rejected `plan` as too long: counted with what the
@@ -129,16 +135,18 @@ class Planner:
                 self.calibrator.observe(plan.model, round(sent / plan.factor), overflow.prompt_tokens)
         else:
             factor = plan.factor * 1.5
-        harder = self._plan(body, validated_messages(body), window, self.counter(window.tokenizer, factor))
+        spec = "estimate" if plan.counted_by == "upstream" else plan.counted_by
+        harder = self._plan(body, validated_messages(body), window, spec, factor)
         if harder.result.messages == plan.result.messages:
             return None
         return harder
 
     def _plan(
-        self, body: Body, messages: list[dict[str, object]], window: ModelWindow, counter: RequestCounter
+        self, body: Body, messages: list[dict[str, object]], window: ModelWindow, spec: str, factor: float
     ) -> ChatPlan:
+        counter = self.counter(spec, factor)
         plan = plan_chat(body, messages, window, counter, self.policy, clamp=self.settings.clamp_max_tokens)
-        return replace(plan, counted_by=window.tokenizer)
+        return replace(plan, counted_by=spec)
 
     def learn(self, plan: ChatPlan, reported: int | None) -> None:
         """Feed the upstream's count of the prompt it received back into the calibration."""

@@ -102,6 +102,7 @@ class RequestCounter:
         total = 0
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
+            kind = kind if isinstance(kind, str) else None
             if kind in IMAGE_PART_TYPES or kind in AUDIO_PART_TYPES:
                 total += self.image_tokens
             elif isinstance(part, dict) and isinstance(part.get("text"), str):

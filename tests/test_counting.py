@@ -105,3 +105,14 @@ async def test_the_pattern_estimate_alone_would_overflow() -> None:
     overflow retry then rescues it, which is the last line of defence, not the plan)."""
     upstream, _ = await replay(chinese_turns(), as_tool_results=False, tokenizer="chars4", calibrate=False)
     assert upstream.rejected > 0
+
+
+async def test_a_local_tokenizer_counts_only_near_the_line() -> None:
+    from tests.conversations import bike_shop_chat
+
+    async with proxy_client(CountingUpstream(), window=WINDOW, tokenizer="cl100k_base") as client:
+        short = (await client.post("/compact", json={"model": "m", "messages": bike_shop_chat(items=2)})).json()
+        long = (await client.post("/compact", json={"model": "m", "messages": bike_shop_chat(items=60)})).json()
+    assert short["report"]["counted_by"] == "estimate"
+    assert long["report"]["counted_by"] == "cl100k_base"
+    assert long["report"]["tokens_after"] <= long["report"]["limit"]
