@@ -39,7 +39,8 @@ _AMOUNT = r"[$€£¥]\s?\d[\d,]*(?:\.\d+)?|\d[\d,]*(?:\.\d+)?\s?(?:USD|EUR|GBP|
 # Words with a digit in them: order numbers, part numbers, ids, versions, dates.
 _IDENTIFIER = r"#?[A-Za-z0-9][A-Za-z0-9_\-./:]*\d[A-Za-z0-9_\-./:]*"
 _FACT_TOKEN = re.compile(rf"(?:{_AMOUNT})|(?<![\w#])(?:{_IDENTIFIER})")
-_ERROR_LINE = re.compile(r"^.*\b(?:error|exception|failed|failure|fatal|traceback|denied)\b.*$", re.I | re.M)
+ERROR_WORDS = ("error", "exception", "failed", "failure", "fatal", "traceback", "denied")
+_ERROR_WORD = re.compile(rf"\b(?:{'|'.join(ERROR_WORDS)})\b", re.I)
 
 
 def is_note(content: Any) -> bool:
@@ -129,10 +130,27 @@ def _facts(text: str) -> Iterator[str]:
             return
         except orjson.JSONDecodeError:
             pass
-    for line in _ERROR_LINE.findall(text, 0, 200_000)[:2]:
-        yield _shorten(line.strip(), 100)
+    yield from _error_lines(text, 2)
     for match in _FACT_TOKEN.finditer(text):
         yield match.group(0).rstrip(".:/-")
+
+
+def _error_lines(text: str, most: int) -> Iterator[str]:
+    """The first lines that name an error, found word first (a line pattern backtracks on every line)."""
+    lowered = text.lower()
+    if not any(word in lowered for word in ERROR_WORDS):
+        return
+    end = -1
+    for match in _ERROR_WORD.finditer(text):
+        if match.start() <= end:
+            continue  # another word on a line already given
+        start = text.rfind("\n", 0, match.start()) + 1
+        end = text.find("\n", match.end())
+        end = len(text) if end < 0 else end
+        yield _shorten(text[start:end].strip(), 100)
+        most -= 1
+        if not most:
+            return
 
 
 def _json_facts(root: Any) -> Iterator[str]:
@@ -156,7 +174,7 @@ def _json_facts(root: Any) -> Iterator[str]:
                 continue
             rendered = value if isinstance(value, str) else orjson.dumps(value).decode()
             if len(rendered) > 60:
-                if _ERROR_LINE.search(rendered):
+                if _ERROR_WORD.search(rendered):
                     yield f"{key}={_shorten(rendered, 100)}" if key else _shorten(rendered, 100)
             elif fact_key[key] or any(ch.isdigit() for ch in rendered):
                 yield f"{key}={rendered}" if key else rendered
