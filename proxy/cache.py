@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any
 
 log = logging.getLogger("proxy.cache")
@@ -18,17 +19,19 @@ KEY_PREFIX = "compacting-proxy:summary:"
 
 
 class LruCache:
+    """The least recently used entries go first once there are `size` of them."""
+
     def __init__(self, size: int = 1024) -> None:
         self.size = size
-        self._items: OrderedDict[str, str] = OrderedDict()
+        self._items: OrderedDict[Hashable, str] = OrderedDict()
 
-    def get(self, key: str) -> str | None:
+    def get(self, key: Hashable) -> str | None:
         value = self._items.get(key)
         if value is not None:
             self._items.move_to_end(key)
         return value
 
-    def put(self, key: str, value: str) -> None:
+    def put(self, key: Hashable, value: str) -> None:
         self._items[key] = value
         self._items.move_to_end(key)
         while len(self._items) > self.size:

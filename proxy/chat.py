@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from proxy.compaction import Budget, CompactionResult, Policy, compact
+from proxy.compaction import Budget, CompactionResult, NoteMemo, Policy, compact
 from proxy.errors import ProxyError
 from proxy.settings import ModelWindow
 from proxy.tokens import RequestCounter
@@ -172,11 +172,12 @@ def plan_chat(
     policy: Policy,
     *,
     clamp: bool = False,
+    memo: NoteMemo | None = None,
 ) -> ChatPlan:
     """Compact one validated request for `window`, counting with `counter`."""
     budget = budget_for(body, window, counter, clamp=clamp)
     policy = replace(policy, keep_recent_turns=window.keep_recent_turns)
-    result = compact(messages, budget, counter.message, policy)
+    result = compact(messages, budget, counter.message, policy, memo)
     max_tokens = None
     requested = requested_reply(body)
     if clamp and requested and result.tokens_after + requested > window.window:

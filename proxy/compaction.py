@@ -25,9 +25,9 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.notes import (
     TYPICAL_FACTS,
@@ -103,15 +103,28 @@ class CompactionResult:
         return 2 if self.dropped else 1 if self.truncated else 0
 
 
+class NoteMemo(Protocol):
+    """Where the caller keeps written notes between calls (a chat resends the same old results every
+    turn); the engine's decisions do not depend on it, only its speed."""
+
+    def get(self, key: Hashable) -> str | None: ...
+
+    def put(self, key: Hashable, value: str) -> None: ...
+
+
 def compact(
-    messages: Sequence[Message], budget: Budget, count: CountMessage, policy: Policy | None = None
+    messages: Sequence[Message],
+    budget: Budget,
+    count: CountMessage,
+    policy: Policy | None = None,
+    memo: NoteMemo | None = None,
 ) -> CompactionResult:
     """Compact `messages` so that they fit `budget.limit`, counting each message with `count`."""
     costs = [count(message) for message in messages]
     before = budget.fixed + sum(costs)
     if before <= budget.limit:
         return CompactionResult(list(messages), before, before, budget.limit)
-    return _Replay(messages, costs, budget, count, policy or Policy()).run(before)
+    return _Replay(messages, costs, budget, count, policy or Policy(), memo).run(before)
 
 
 @dataclass(slots=True)
@@ -131,6 +144,7 @@ class _Replay:
     budget: Budget
     count: CountMessage
     policy: Policy
+    memo: NoteMemo | None = None
     notes: dict[int, str] = field(default_factory=dict)
     planned: dict[int, tuple[str, str | None, str | None]] = field(default_factory=dict)
     facts_cost: int = 0
@@ -290,13 +304,7 @@ class _Replay:
         for i, (text, tool, arguments) in self.planned.items():
             if self.dropped[i]:
                 continue
-            note = build_note(
-                text,
-                tool=tool,
-                arguments=arguments,
-                preview_chars=self.policy.preview_chars,
-                fits=self._facts_fit,
-            )
+            note = self._note(text, tool, arguments)
             cost = self.count({**self.messages[i], "content": note})
             original = self.count(self.messages[i])
             if cost >= original:  # the facts made it no shorter after all: keep the result
@@ -306,6 +314,21 @@ class _Replay:
             self.acc += cost - self.costs[i]
             self.costs[i] = cost
         self.planned.clear()
+
+    def _note(self, text: str, tool: str | None, arguments: str | None) -> str:
+        key = (text, tool, arguments, self.policy.preview_chars, self.facts_cost)
+        note = self.memo.get(key) if self.memo is not None else None
+        if note is None:
+            note = build_note(
+                text,
+                tool=tool,
+                arguments=arguments,
+                preview_chars=self.policy.preview_chars,
+                fits=self._facts_fit,
+            )
+            if self.memo is not None:
+                self.memo.put(key, note)
+        return note
 
     def _facts_fit(self, kept: str) -> bool:
         """Whether a note's facts section stays within what the plan costed it at."""

@@ -10,6 +10,7 @@ so a compacted prefix stays byte-identical from one turn to the next.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ DROPPED_PREFIX = "[Earlier conversation dropped to save context:"
 
 ARGUMENT_CHARS = 120
 FACT_CHARS = 240
+MAX_CANDIDATES = 400  # facts considered per result: enough for rarity, bounded for huge results
 # What a full facts section typically looks like, for costing a note before its facts are found.
 TYPICAL_FACTS = (
     " Kept: order_id=4471; sku=BW-2231; name=front wheel 700c; price=129.00; qty=2; status=shipped; "
@@ -28,6 +30,7 @@ TYPICAL_FACTS = (
 )
 
 _SPACE = re.compile(r"\s+")
+_SHAPES = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", "a" * 52 + "9" * 10)
 # Keys whose values are facts a later turn asks about again.
 _FACT_KEY = re.compile(
     r"(?:^|_)(?:id|ids|no|number|num|code|sku|part|order|invoice|ref|reference|serial|tracking|price|"
@@ -107,19 +110,38 @@ def _kept(facts: list[str]) -> str:
 
 
 def _pick_facts(text: str, preview: str, fits: Callable[[str], bool] | None = None) -> list[str]:
-    """Facts from `text` not already in the preview, oldest first, within the fact budget."""
-    facts: list[str] = []
-    used = 0
+    """Facts from `text` not already in the preview, the rarest kinds first, within the budget, in
+    the order they appear. Rarest first: in a result of many similar records, the first records'
+    fields would otherwise crowd out the one order number or error that stands alone."""
+    candidates: list[str] = []
     seen: set[str] = set()
     for fact in _facts(text):
-        if fact in seen or fact.rpartition("=")[2] in preview:
-            continue
-        seen.add(fact)
-        if used + len(fact) + 2 > FACT_CHARS or (fits is not None and not fits(_kept([*facts, fact]))):
+        if fact not in seen and fact.rpartition("=")[2] not in preview:
+            seen.add(fact)
+            candidates.append(fact)
+            if len(candidates) >= MAX_CANDIDATES:
+                break
+    kinds = Counter(fact.partition("=")[0] if "=" in fact else _shape(fact) for fact in candidates)
+    ranked = sorted(
+        range(len(candidates)),
+        key=lambda i: (kinds[c.partition("=")[0] if "=" in (c := candidates[i]) else _shape(c)], i),
+    )
+    chosen: list[int] = []
+    used = 0
+    for i in ranked:
+        fact = candidates[i]
+        if used + len(fact) + 2 > FACT_CHARS:
+            continue  # a shorter fact may still fit
+        if fits is not None and not fits(_kept([candidates[j] for j in sorted([*chosen, i])])):
             break
-        facts.append(fact)
+        chosen.append(i)
         used += len(fact) + 2
-    return facts
+    return [candidates[i] for i in sorted(chosen)]
+
+
+def _shape(fact: str) -> str:
+    """What kind of token a fact is (letters become a, digits 9): `BW-2231` and `BW-7810` are alike."""
+    return fact.translate(_SHAPES)[:12]
 
 
 def _facts(text: str) -> Iterator[str]:

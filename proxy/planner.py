@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
 
+from proxy.cache import LruCache
 from proxy.calibration import Calibrator
 from proxy.chat import Body, ChatPlan, plan_chat, validated_messages
 from proxy.compaction import Policy
@@ -25,7 +26,8 @@ from proxy.tokens import MemoTextCounter, RequestCounter, TextCounter, count_cha
 log = logging.getLogger("proxy")
 
 SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
-RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
+RETRY_MARGIN = 1.05
+NOTE_MEMO_SIZE = 4096  # a retry aims a little lower than the upstream's own count says it must
 
 
 @lru_cache(maxsize=16)
@@ -66,6 +68,7 @@ class Planner:
         self.detector = detector
         self.exact = exact
         self.calibrator = calibrator or Calibrator(settings.calibrate)
+        self.notes = LruCache(NOTE_MEMO_SIZE)  # written notes, reused as the chat resends old results
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
         self.policy = Policy(
@@ -145,7 +148,15 @@ class Planner:
         self, body: Body, messages: list[dict[str, object]], window: ModelWindow, spec: str, factor: float
     ) -> ChatPlan:
         counter = self.counter(spec, factor)
-        plan = plan_chat(body, messages, window, counter, self.policy, clamp=self.settings.clamp_max_tokens)
+        plan = plan_chat(
+            body,
+            messages,
+            window,
+            counter,
+            self.policy,
+            clamp=self.settings.clamp_max_tokens,
+            memo=self.notes,
+        )
         return replace(plan, counted_by=spec)
 
     def learn(self, plan: ChatPlan, reported: int | None) -> None:
