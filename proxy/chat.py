@@ -8,7 +8,6 @@ when nothing changes the original bytes are forwarded.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,14 +20,30 @@ from proxy.tokens import RequestCounter
 
 Body = dict[str, Any]
 
-_HUGE_INTEGER = re.compile(rb"[:\[,]\s*-?\d{20}")
+_HUGE = float(2**63)
+
+
+def _has_huge_number(value: Any) -> bool:
+    """Whether a parsed value holds a number beyond 64 bits (a walk of the containers only: cheaper
+    than any scan of the raw bytes)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif type(item) is float and not -_HUGE < item < _HUGE:
+            return True
+    return False
 
 
 def parse_json_object(raw: bytes) -> Body:
     """The request body as a JSON object, or a 400 that says what is wrong with it."""
     try:
-        # orjson turns integers beyond 64 bits into floats; the standard library keeps them exact.
-        body = json.loads(raw) if _HUGE_INTEGER.search(raw) else orjson.loads(raw)
+        body = orjson.loads(raw)
+        if _has_huge_number(body):  # orjson made a float of an integer beyond 64 bits: keep it exact
+            body = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ProxyError(400, f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
     if not isinstance(body, dict):

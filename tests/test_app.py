@@ -304,3 +304,12 @@ async def test_clamp_max_tokens_lowers_the_reply_limit_instead() -> None:
     assert sent["messages"] == body["messages"], "no compaction needed once the reply may shrink"
     assert sent["max_tokens"] == int(response.headers["x-compaction-max-tokens"]) < 7000
     assert sent["max_tokens"] + int(response.headers["x-compaction-tokens-after"]) <= 8000
+
+
+async def test_integers_beyond_64_bits_survive_a_compaction_exactly() -> None:
+    upstream = RecordingUpstream()
+    body = {"model": "m", "messages": bike_shop_chat(), "x_seed": 123456789012345678901234567890}
+    async with proxy_client(upstream, window=8000) as client:
+        response = await client.post("/v1/chat/completions", content=json.dumps(body).encode())
+    assert "x-compaction-tokens-before" in response.headers
+    assert b'"x_seed":123456789012345678901234567890' in upstream.last.content
