@@ -14,8 +14,8 @@ behind the same ``httpx.AsyncClient`` calls, against a small misbehaving server 
 - duplicate response headers, a streamed request body, a keep-alive connection the server closed
   while idle.
 
-A third column runs ``RemappedAiohttpTransport`` (defined here): the same transport with its
-exceptions mapped the way httpcore's are, a candidate for the proxy.
+A third column runs the proxy's ``UpstreamTransport`` (``proxy/transport.py``): the same transport with its
+exceptions mapped the way httpcore's are: what the proxy uses.
 
 ``python benchmarks/httpx_aiohttp_probe.py`` prints a Markdown table and exits (about 10 s).
 """
@@ -29,11 +29,14 @@ import json
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
-import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from proxy.transport import UpstreamTransport
 
 HOST = "127.0.0.1"
 PAYLOAD = json.dumps(
@@ -174,60 +177,8 @@ class Server:
         return True
 
 
-# httpx-aiohttp 0.2.0 maps by "most derived httpx class among all matches", so every
-# ClientConnectionError (refused, server disconnected, pool wait) becomes ConnectTimeout, and a bad
-# status line (ClientResponseError) escapes unmapped. First match wins here, most specific first,
-# with httpcore's meanings: RemoteProtocolError = the peer broke HTTP (closed early, garbage).
-REMAP: tuple[tuple[type[BaseException], type[httpx.TransportError]], ...] = (
-    (aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout),  # aiohttp folds the pool wait in here
-    (aiohttp.SocketTimeoutError, httpx.ReadTimeout),
-    (aiohttp.ServerTimeoutError, httpx.ReadTimeout),
-    (aiohttp.ClientConnectorError, httpx.ConnectError),
-    (aiohttp.ServerDisconnectedError, httpx.RemoteProtocolError),
-    (aiohttp.ClientPayloadError, httpx.RemoteProtocolError),
-    (aiohttp.ClientResponseError, httpx.RemoteProtocolError),
-    (aiohttp.InvalidURL, httpx.UnsupportedProtocol),
-    (aiohttp.ClientConnectionError, httpx.ReadError),
-    (aiohttp.ClientError, httpx.TransportError),
-    (TimeoutError, httpx.ReadTimeout),
-)
-
-
-@contextlib.contextmanager
-def remap_aiohttp_errors() -> Iterator[None]:
-    try:
-        yield
-    except (aiohttp.ClientError, httpx.TransportError, TimeoutError) as exc:
-        original = exc.__cause__ if isinstance(exc, httpx.TransportError) and exc.__cause__ else exc
-        for source, target in REMAP:
-            if isinstance(original, source):
-                raise target(str(original)) from original
-        raise
-
-
-class _RemappedStream(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream) -> None:
-        self.inner = inner
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        with remap_aiohttp_errors():
-            async for chunk in self.inner:
-                yield chunk
-
-    async def aclose(self) -> None:
-        with remap_aiohttp_errors():
-            await self.inner.aclose()
-
-
-class RemappedAiohttpTransport(AiohttpTransport):
-    """``AiohttpTransport`` raising the exceptions httpx's own transport would."""
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        with remap_aiohttp_errors():
-            response = await super().handle_async_request(request)
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        response.stream = _RemappedStream(response.stream)
-        return response
+# The remapped transport is the proxy's own (`proxy/transport.py`): it re-maps from the original
+# aiohttp error with a first-match table, most specific first, as httpcore would raise.
 
 
 def _describe(exc: BaseException) -> str:
@@ -429,7 +380,7 @@ def transports(one_connection: bool) -> dict[str, Callable[[], httpx.AsyncBaseTr
     return {
         "httpx (httpcore)": lambda: httpx.AsyncHTTPTransport(limits=limits),
         "httpx-aiohttp": lambda: AiohttpTransport(limits=limits),
-        "httpx-aiohttp, errors remapped (below)": lambda: RemappedAiohttpTransport(limits=limits),
+        "httpx-aiohttp, errors remapped (proxy/transport.py)": lambda: UpstreamTransport(limits),
     }
 
 
