@@ -4,7 +4,7 @@ decide) when nothing needs compacting, for 100 to 10,000 messages.
 Each figure is also given per 1,000 messages, as a ratio against the smallest history measured in
 the same run: a linear engine keeps that ratio near 1. "cold" counts every text afresh (a new
 process, or another replica); "warm" is the steady state of a chat, whose earlier texts the counter
-remembers from the previous turn.
+remembers from the previous turn, with the notes it wrote then.
 
     python benchmarks/bench_engine.py [--quick]
 """
@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
+from proxy.cache import LruCache
 from proxy.compaction import Budget, Policy, compact
 from proxy.planner import text_counter
 from proxy.tokens import RequestCounter
@@ -43,12 +44,13 @@ def measure(raw: bytes, budget: Budget, *, warm: bool, rounds: int) -> float:
         if not warm:
             text_counter.cache_clear()
         counter = RequestCounter(text_counter("estimate"))
+        memo = LruCache(4096)  # the proxy's memo of written notes (proxy/planner.py)
         if warm:
-            compact(orjson.loads(raw)["messages"], budget, counter.message, Policy())
+            compact(orjson.loads(raw)["messages"], budget, counter.message, Policy(), memo)
         gc.collect()
         started = time.perf_counter()
         messages = orjson.loads(raw)["messages"]  # a new request: new objects, nothing cached on them
-        compact(messages, budget, counter.message, Policy())
+        compact(messages, budget, counter.message, Policy(), memo)
         best = min(best, time.perf_counter() - started)
     return best
 
