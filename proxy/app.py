@@ -208,11 +208,23 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     )
     async def passthrough(request: Request, path: str) -> Response:
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
-        suffix = raw_path.decode("latin-1").removeprefix("/v1")
+        return await forward_as_is(request, raw_path.decode("latin-1").removeprefix("/v1"), from_root=False)
+
+    @app.api_route(
+        "/api/{path:path}",
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"],
+        include_in_schema=False,  # Ollama's native API, forwarded as it is (not compacted)
+    )
+    async def native_passthrough(request: Request, path: str) -> Response:
+        raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
+        return await forward_as_is(request, raw_path.decode("latin-1"), from_root=True)
+
+    async def forward_as_is(request: Request, path: str, *, from_root: bool) -> Response:
         content = await read_body(request, settings.max_body_bytes)
 
         async def forward() -> Response:
-            return await relay(request, await send(request, suffix, content, "passthrough"), None)
+            response = await send(request, path, content, "passthrough", from_root=from_root)
+            return await relay(request, response, None)
 
         return await until_disconnect(request, forward())
 
@@ -241,14 +253,16 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             incoming = [(k, v) for k, v in incoming if k.lower() != b"authorization"]
         return upstream.request_headers(incoming)
 
-    async def send(request: Request, path: str, content: bytes, route: str) -> httpx.Response:
+    async def send(
+        request: Request, path: str, content: bytes, route: str, *, from_root: bool = False
+    ) -> httpx.Response:
         """Send to the upstream; the response comes back with its body unread."""
         upstream: Upstream = request.app.state.upstream
         check_path(path)
         headers = upstream_headers(request)
         if b"x-request-id" not in {k.lower() for k, _ in headers}:
             headers.append((b"x-request-id", request_id.get().encode()))
-        url = upstream.url(path, request.scope.get("query_string", b""))
+        url = upstream.url(path, request.scope.get("query_string", b""), from_root=from_root)
         started = time.perf_counter()
         try:
             response = await upstream.open(request.method, url, headers, content)
@@ -354,7 +368,7 @@ async def _disconnected(request: Request) -> None:
 def route_of(path: str) -> str:
     if path == "/v1/chat/completions":
         return "chat"
-    if path.startswith("/v1/"):
+    if path.startswith(("/v1/", "/api/")):
         return "passthrough"
     return {"/compact": "compact", "/healthz": "healthz", "/readyz": "readyz", "/metrics": "metrics"}.get(
         path, "other"

@@ -102,15 +102,18 @@ class Upstream:
     ) -> None:
         self.transport = transport
         self.base_url = base_url.rstrip("/")
+        self.root_url = self.base_url.removesuffix("/v1")
         self.authorization = f"Bearer {api_key}".encode() if api_key else None
         self.extensions = {"timeout": (timeout or httpx.Timeout(60.0)).as_dict()}
         self._urls: dict[str, httpx.URL] = {}
 
-    def url(self, path: str, query: bytes = b"") -> httpx.URL:
-        """The upstream URL for `path`, relative to the upstream's base (e.g. `/chat/completions`)."""
+    def url(self, path: str, query: bytes = b"", *, from_root: bool = False) -> httpx.URL:
+        """The upstream URL for `path`, relative to the upstream's base (e.g. `/chat/completions`), or
+        with `from_root` to the server's root (its base without `/v1`, e.g. Ollama's `/api/...`)."""
+        path = ("\0" if from_root else "") + path  # one cache for both
         url = self._urls.get(path)
         if url is None:
-            url = httpx.URL(self.base_url + path)
+            url = httpx.URL((self.root_url + path[1:]) if from_root else self.base_url + path)
             if len(self._urls) < URL_CACHE_SIZE:  # paths come from clients: the cache stays bounded
                 self._urls[path] = url
         return url.copy_with(query=query) if query else url

@@ -313,3 +313,17 @@ async def test_integers_beyond_64_bits_survive_a_compaction_exactly() -> None:
         response = await client.post("/v1/chat/completions", content=json.dumps(body).encode())
     assert "x-compaction-tokens-before" in response.headers
     assert b'"x_seed":123456789012345678901234567890' in upstream.last.content
+
+
+async def test_ollamas_native_api_is_forwarded_from_the_servers_root() -> None:
+    upstream = RecordingUpstream(respond=lambda r: httpx.Response(200, json={"models": []}))
+    async with proxy_client(upstream) as client:
+        tags = await client.get("/api/tags")
+        show = await client.post("/api/show", json={"model": "llama3.1:8b"})
+        sneaky = await client.get("/api/%2e%2e/etc")
+    assert tags.status_code == show.status_code == 200
+    assert [str(r.url) for r in upstream.requests] == [
+        "http://upstream.test/api/tags",
+        "http://upstream.test/api/show",
+    ]
+    assert sneaky.status_code == 400
