@@ -315,7 +315,9 @@ class RequestContext:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
+                sent = list(message.get("headers", []))
+                if not any(name.lower() == b"x-request-id" for name, _ in sent):  # the upstream's own wins
+                    message["headers"] = [*sent, (b"x-request-id", rid.encode())]
             await send(message)
 
         try:

@@ -130,3 +130,13 @@ async def test_log_bodies_is_opt_in(caplog: pytest.LogCaptureFixture) -> None:
         with caplog.at_level(logging.INFO, logger="proxy"):
             await client.post("/v1/chat/completions", json={"model": "m", "messages": bike_shop_chat()})
     assert "bent front wheel" in "\n".join(r.getMessage() for r in caplog.records)
+
+
+async def test_the_upstreams_own_request_id_is_not_duplicated() -> None:
+    upstream = RecordingUpstream(
+        respond=lambda r: httpx.Response(200, json={}, headers={"x-request-id": "req_up"})
+    )
+    async with proxy_client(upstream) as client:
+        response = await client.get("/v1/models", headers={"x-request-id": "mine"})
+    assert response.headers.get_list("x-request-id") == ["req_up"]
+    assert upstream.last.headers["x-request-id"] == "mine"
