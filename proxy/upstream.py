@@ -41,6 +41,7 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
         b"host",
         b"content-length",
+        b"expect",  # the proxy has read the whole body already: no 100-continue round trip upstream
     }
 )
 
