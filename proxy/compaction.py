@@ -316,7 +316,8 @@ class _Replay:
         self.planned.clear()
 
     def _note(self, text: str, tool: str | None, arguments: str | None) -> str:
-        key = (text, tool, arguments, self.policy.preview_chars, self.facts_cost)
+        # By hash, not by text: the memo stays small whatever the results' size.
+        key = (hash(text), len(text), tool, arguments, self.policy.preview_chars, self.facts_cost)
         note = self.memo.get(key) if self.memo is not None else None
         if note is None:
             note = build_note(

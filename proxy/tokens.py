@@ -29,30 +29,28 @@ AUDIO_PART_TYPES = frozenset({"input_audio", "audio"})
 class MemoTextCounter:
     """A text counter that remembers what it counted. A chat resends its whole history every turn,
     so nearly every text of a request was counted for the one before: looking it up is ten times
-    cheaper than counting it again. Short texts are counted afresh (they are cheap, and would crowd
-    the memo); the memo forgets the least recently used texts past `max_chars` in all."""
+    cheaper than counting it again. Texts are remembered by their hash and length, not kept, so the
+    memo's memory is a few dozen bytes an entry whatever the texts' size; the least recently used
+    go first past `size` entries. Short texts are counted afresh (they are cheap)."""
 
     MIN_CHARS = 64
 
-    def __init__(self, count_text: TextCounter, max_chars: int = 32_000_000) -> None:
+    def __init__(self, count_text: TextCounter, size: int = 200_000) -> None:
         self.count_text = count_text
-        self.max_chars = max_chars
-        self.chars = 0
-        self._memo: dict[str, int] = {}
+        self.size = size
+        self._memo: dict[tuple[int, int], int] = {}
 
     def __call__(self, text: str) -> int:
         if len(text) < self.MIN_CHARS:
             return self.count_text(text)
+        key = (hash(text), len(text))
         memo = self._memo
-        tokens = memo.pop(text, None)
+        tokens = memo.pop(key, None)
         if tokens is None:
             tokens = self.count_text(text)
-            self.chars += len(text)
-            while self.chars > self.max_chars and memo:
-                oldest = next(iter(memo))
-                del memo[oldest]
-                self.chars -= len(oldest)
-        memo[text] = tokens
+            if len(memo) >= self.size:
+                del memo[next(iter(memo))]
+        memo[key] = tokens
         return tokens
 
 
