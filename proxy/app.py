@@ -160,11 +160,21 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
+        return await compact_and_forward(request, "/chat/completions", native=False)
+
+    @app.post("/api/chat", include_in_schema=False)
+    async def native_chat(request: Request) -> Response:
+        """Ollama's native chat API: the same messages, compacted the same way, streamed as NDJSON."""
+        return await compact_and_forward(request, "/api/chat", native=True)
+
+    async def compact_and_forward(request: Request, path: str, *, native: bool) -> Response:
         raw = await read_body(request, settings.max_body_bytes)
         body = parse_json_object(raw)
         check_messages(body, settings.max_messages)
         planner: Planner = request.app.state.planner
-        plan = await summarized(request, body, await planner.plan(body, request.headers.raw))
+        num_ctx = native_window(body) if native else None
+        plan = await planner.plan(body, request.headers.raw, window_tokens=num_ctx)
+        plan = await summarized(request, body, plan)
         metrics.record_compaction(plan.result)
         if plan.result.overflow:
             metrics.overflows.labels(settings.overflow).inc()
@@ -177,11 +187,20 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             if plan.result.changed:
                 compacted = dump_json(plan.result.messages)[:LOGGED_BODY_BYTES]
                 log.info("compacted messages: %s", compacted.decode("utf-8", "replace"))
-        return await until_disconnect(request, exchange(request, raw, body, plan))
+        streamed = body.get("stream") is not False if native else body.get("stream") is True
+        return await until_disconnect(request, exchange(request, path, raw, body, plan, streamed, native))
 
-    async def exchange(request: Request, raw: bytes, body: dict[str, object], plan: ChatPlan) -> Response:
+    async def exchange(
+        request: Request,
+        path: str,
+        raw: bytes,
+        body: dict[str, object],
+        plan: ChatPlan,
+        streamed: bool,
+        native: bool,
+    ) -> Response:
         """Forward a planned chat request; on an overflow the upstream reports, retry once, harder."""
-        response = await send(request, "/chat/completions", plan.body_bytes(raw, body), "chat")
+        response = await send(request, path, plan.body_bytes(raw, body), "chat", from_root=native)
         if response.status_code in OVERFLOW_STATUSES:
             error = await read_raw(response)
             overflow = parse_overflow(response.status_code, error)
@@ -198,8 +217,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             )
             metrics.retries.labels("retried").inc()
             plan = await summarized(request, body, harder)
-            response = await send(request, "/chat/completions", plan.body_bytes(raw, body), "chat")
-        return await relay(request, response, plan)
+            response = await send(request, path, plan.body_bytes(raw, body), "chat", from_root=native)
+        return await relay(request, response, plan, streamed=streamed)
 
     @app.api_route(
         "/v1/{path:path}",
@@ -274,11 +293,14 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             metrics.upstream_errors.labels("status_5xx").inc()
         return response
 
-    async def relay(request: Request, response: httpx.Response, plan: ChatPlan | None) -> Response:
-        """The upstream's answer for the client: streamed as it comes, or read whole for a chat answer."""
+    async def relay(
+        request: Request, response: httpx.Response, plan: ChatPlan | None, *, streamed: bool = False
+    ) -> Response:
+        """The upstream's answer for the client: streamed as it comes, or read whole for a chat answer
+        that was not asked to stream (to learn its usage)."""
         extra = plan.headers() if plan else {}
         planner: Planner = request.app.state.planner
-        if plan is None or is_event_stream(response):
+        if plan is None or streamed or is_event_stream(response):
             learn = (lambda tail: planner.learn(plan, reported_prompt_tokens(tail))) if plan else None
             return StreamedResponse(response, extra, on_complete=learn, metrics=metrics)
         body = await read_raw(response)
@@ -375,6 +397,13 @@ def route_of(path: str) -> str:
     return {"/compact": "compact", "/healthz": "healthz", "/readyz": "readyz", "/metrics": "metrics"}.get(
         path, "other"
     )
+
+
+def native_window(body: dict[str, object]) -> int | None:
+    """The window an Ollama native request sets for itself (`options.num_ctx`): what it will get."""
+    options = body.get("options")
+    num_ctx = options.get("num_ctx") if isinstance(options, dict) else None
+    return num_ctx if isinstance(num_ctx, int) and not isinstance(num_ctx, bool) and num_ctx > 0 else None
 
 
 def check_messages(body: dict[str, object], limit: int) -> None:

@@ -84,8 +84,10 @@ def validated_messages(body: Body) -> list[dict[str, Any]]:
 
 
 def requested_reply(body: Body) -> int | None:
-    """The reply limit the request names, if any."""
+    """The reply limit the request names, if any (Ollama's native API names it `options.num_predict`)."""
     value = body.get(_reply_field(body))
+    if value is None and isinstance(options := body.get("options"), dict):
+        value = options.get("num_predict")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -195,7 +197,8 @@ def plan_chat(
     result = compact(messages, budget, counter.message, policy, memo)
     max_tokens = None
     requested = requested_reply(body)
-    if clamp and requested and result.tokens_after + requested > window.window:
+    clampable = _reply_field(body) in body  # the OpenAI fields only
+    if clamp and clampable and requested and result.tokens_after + requested > window.window:
         max_tokens = max(1, window.window - result.tokens_after)
     return ChatPlan(
         str(body.get("model") or ""), window, budget, result, counter.factor, max_tokens=max_tokens

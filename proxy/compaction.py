@@ -222,7 +222,7 @@ class _Replay:
         call_id = message.get("tool_call_id")
         if isinstance(call_id, str) and call_id in self.calls:
             return self.calls[call_id]
-        name = message.get("name")
+        name = message.get("name") or message.get("tool_name")  # Ollama's native API: tool_name
         return i, name if isinstance(name, str) else None, None
 
     def _is_protected(self, tool: str | None) -> bool:

@@ -86,12 +86,17 @@ class Planner:
     def counter(self, spec: str, factor: float = 1.0) -> RequestCounter:
         return RequestCounter(text_counter(spec), factor=factor, image_tokens=self.settings.image_tokens)
 
-    async def plan(self, body: Body, headers: Sequence[tuple[bytes, bytes]] = ()) -> ChatPlan:
+    async def plan(
+        self, body: Body, headers: Sequence[tuple[bytes, bytes]] = (), *, window_tokens: int | None = None
+    ) -> ChatPlan:
         """Count with the calibrated estimate; near the line, count again with the configured
-        tokenizer (a local one, or the upstream's `/tokenize`)."""
+        tokenizer (a local one, or the upstream's `/tokenize`). `window_tokens` is a window the
+        request itself sets (Ollama's `options.num_ctx`), which is what the server will use."""
         messages = validated_messages(body)
         model = str(body.get("model") or "")
         window = await self.window(model, headers)
+        if window_tokens:
+            window = replace(window, window=window_tokens)
         estimate = "chars4" if window.tokenizer == "chars4" else "estimate"
         factor = self.calibrator.factor(model)
         plan = self._plan(body, messages, window, estimate, factor)

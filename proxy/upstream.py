@@ -218,7 +218,7 @@ class StreamedResponse(StreamingResponse):
                 + b"\n\n"
             )
             return
-        if self.on_complete and self.is_sse:
+        if self.on_complete:
             self.on_complete(tail)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
