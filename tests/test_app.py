@@ -126,24 +126,23 @@ async def test_upstream_failures_keep_their_status(status: int) -> None:
     assert response.status_code == status and response.text == "busy"
 
 
-async def test_unreachable_upstream_is_a_502() -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused")
+@pytest.mark.parametrize(
+    ("failure", "status", "code"),
+    [
+        (httpx.ConnectError("connection refused"), 502, "upstream_unreachable"),
+        (httpx.RemoteProtocolError("server disconnected"), 502, "upstream_unreachable"),
+        (httpx.ReadTimeout("timed out"), 504, "upstream_timeout"),
+        (httpx.ConnectTimeout("timed out"), 504, "upstream_timeout"),
+    ],
+)
+async def test_transport_failures_are_502s_and_504s(failure: Exception, status: int, code: str) -> None:
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise failure
 
-    async with proxy_client(RecordingUpstream(respond=refuse)) as client:
+    async with proxy_client(RecordingUpstream(respond=fail)) as client:
         response = await client.post("/v1/chat/completions", json=chat_body())
-    assert response.status_code == 502
-    assert response.json()["error"]["code"] == "upstream_unreachable"
-
-
-async def test_upstream_timeout_is_a_504() -> None:
-    def stall(request: httpx.Request) -> httpx.Response:
-        raise httpx.ReadTimeout("timed out")
-
-    async with proxy_client(RecordingUpstream(respond=stall)) as client:
-        response = await client.post("/v1/chat/completions", json=chat_body())
-    assert response.status_code == 504
-    assert response.json()["error"]["code"] == "upstream_timeout"
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
 
 
 @pytest.mark.parametrize(
