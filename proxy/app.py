@@ -1,7 +1,7 @@
 """The FastAPI app: routes that read a request, compact a chat, forward it and relay the answer.
 
-`create_app(settings)` wires the parts together. The upstream client is built in the lifespan,
-or injected (tests pass one with a mock transport, since `httpx.ASGITransport` skips lifespan).
+`create_app(settings)` wires the parts together. The upstream transport is built in the lifespan,
+or injected (tests pass a mock transport, since `httpx.ASGITransport` skips lifespan).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from proxy.probes import UpstreamTokenCounter, WindowDetector
 from proxy.settings import Settings
 from proxy.summarizer import Summarizer
 from proxy.upstream import (
+    TAIL_BYTES,
     StreamedResponse,
     Upstream,
     buffered_response,
@@ -84,7 +85,6 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         detector = WindowDetector(http, settings.upstream_url, refresh=settings.window_refresh)
         exact = UpstreamTokenCounter(http, settings.upstream_url)
         state.planner = Planner(settings, detector=detector, exact=exact)
-        state.summarizer = None
         if settings.summarize:
             cache = SummaryCache(
                 size=settings.cache_size, redis_url=settings.cache_url, ttl=settings.cache_ttl
@@ -305,7 +305,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             return StreamedResponse(response, extra, on_complete=learn, metrics=metrics)
         body = await read_raw(response)
         if response.is_success and "content-encoding" not in response.headers:
-            planner.learn(plan, reported_prompt_tokens(body[-4096:]))
+            planner.learn(plan, reported_prompt_tokens(body[-TAIL_BYTES:]))
         return buffered_response(response, body, extra)
 
     app.add_middleware(RequestContext, metrics=metrics, api_keys=api_keys)

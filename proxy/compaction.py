@@ -146,7 +146,8 @@ class _Replay:
     policy: Policy
     memo: NoteMemo | None = None
     notes: dict[int, str] = field(default_factory=dict)
-    planned: dict[int, tuple[str, str | None, str | None]] = field(default_factory=dict)
+    # Tool results planned as notes: their text, tool, arguments and cost before the plan.
+    planned: dict[int, tuple[str, str | None, str | None, int]] = field(default_factory=dict)
     facts_cost: int = 0
     empty_cost: int = 0
     dropped: list[bool] = field(default_factory=list)
@@ -281,8 +282,8 @@ class _Replay:
 
     def _truncate(self, i: int) -> None:
         """Plan a note for tool result `i`. Building a note means finding the facts in the result, the
-        costly part, so the plan costs the note with its facts estimated; only the notes that
-        survive the replay are written (`_write_notes`), since most old results are dropped later."""
+        costly part, so the plan costs the note with its facts' budget; only the notes that survive
+        the replay are written (`_write_notes`), since most old results are dropped later."""
         message = self.messages[i]
         content = message.get("content")
         _, tool, arguments = self._call_of(i)
@@ -296,17 +297,16 @@ class _Replay:
         )
         cost = self.count({**message, "content": head}) + self.facts_cost + ADDITIVITY_SLACK
         if cost < self.costs[i]:
-            self.planned[i] = (text, tool, arguments)
+            self.planned[i] = (text, tool, arguments, self.costs[i])
             self.acc -= self.costs[i] - cost
             self.costs[i] = cost
 
     def _write_notes(self) -> None:
-        for i, (text, tool, arguments) in self.planned.items():
+        for i, (text, tool, arguments, original) in self.planned.items():
             if self.dropped[i]:
                 continue
             note = self._note(text, tool, arguments)
             cost = self.count({**self.messages[i], "content": note})
-            original = self.count(self.messages[i])
             if cost >= original:  # the facts made it no shorter after all: keep the result
                 cost = original
             else:

@@ -74,9 +74,7 @@ def build_note(
     """The note that stands in for a tool result whose plain text is `text`. `fits` may bound the
     facts section further than its character budget (the engine bounds it in tokens)."""
     call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    facts = _pick_facts(text, preview, fits)
-    kept = _kept(facts)
-    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars. Preview: {preview}{kept}]"
+    return _note(call, text, preview, _kept(_pick_facts(text, preview, fits)))
 
 
 def note_without_facts(
@@ -84,7 +82,11 @@ def note_without_facts(
 ) -> str:
     """The note without its facts, which cost the most to find: for costing a note before writing it."""
     call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars. Preview: {preview}]"
+    return _note(call, text, preview, "")
+
+
+def _note(call: str, text: str, preview: str, kept: str) -> str:
+    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars. Preview: {preview}{kept}]"
 
 
 def _call_and_preview(
@@ -121,11 +123,9 @@ def _pick_facts(text: str, preview: str, fits: Callable[[str], bool] | None = No
             candidates.append(fact)
             if len(candidates) >= MAX_CANDIDATES:
                 break
-    kinds = Counter(fact.partition("=")[0] if "=" in fact else _shape(fact) for fact in candidates)
-    ranked = sorted(
-        range(len(candidates)),
-        key=lambda i: (kinds[c.partition("=")[0] if "=" in (c := candidates[i]) else _shape(c)], i),
-    )
+    kind_of = [fact.partition("=")[0] if "=" in fact else _shape(fact) for fact in candidates]
+    kinds = Counter(kind_of)
+    ranked = sorted(range(len(candidates)), key=lambda i: (kinds[kind_of[i]], i))
     chosen: list[int] = []
     used = 0
     for i in ranked:

@@ -26,8 +26,8 @@ from proxy.tokens import MemoTextCounter, RequestCounter, TextCounter, count_cha
 log = logging.getLogger("proxy")
 
 SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
-RETRY_MARGIN = 1.05
-NOTE_MEMO_SIZE = 4096  # a retry aims a little lower than the upstream's own count says it must
+RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
+NOTE_MEMO_SIZE = 4096
 
 
 @lru_cache(maxsize=16)
@@ -53,6 +53,11 @@ def check_tokenizers(settings: Settings) -> None:
             text_counter(spec)
         except (ValueError, RuntimeError) as exc:
             raise ValueError(f"COMPACT_TOKENIZER={spec}: {exc}") from None
+
+
+def _spec(plan: ChatPlan) -> str:
+    """The text counter behind `plan`'s counts (an upstream count scales the estimate)."""
+    return "estimate" if plan.counted_by == "upstream" else plan.counted_by
 
 
 class Planner:
@@ -115,8 +120,7 @@ class Planner:
 
     def counter_for(self, plan: ChatPlan, factor: float | None = None) -> RequestCounter:
         """The counter `plan` was counted with (the upstream's count scales the estimate)."""
-        spec = "estimate" if plan.counted_by == "upstream" else plan.counted_by
-        return self.counter(spec, plan.factor if factor is None else factor)
+        return self.counter(_spec(plan), plan.factor if factor is None else factor)
 
     async def _recount(self, body: Body, plan: ChatPlan, headers: Sequence[tuple[bytes, bytes]]) -> ChatPlan:
         """A compacted request counted exactly once more: the factor of the whole request is not
@@ -127,12 +131,12 @@ class Planner:
         if not exact or exact <= plan.budget.limit:
             return plan
         factor = plan.factor * exact / max(1, plan.result.tokens_after) * RETRY_MARGIN
-        return self._plan(body, validated_messages(body), plan.window, "estimate", factor)
+        return self._plan(body, body["messages"], plan.window, "estimate", factor)
 
     def harder(self, body: Body, plan: ChatPlan, overflow: Overflow) -> ChatPlan | None:
-        """The plan for a retry after the upstream rejected `plan` as too long: counted with what the
-        upstream said (its count and window, where it gave them), else half as much again. None if
-        compacting harder changes nothing."""
+        """The plan for a retry after the upstream rejected `plan` (made from this validated `body`)
+        as too long: counted with what the upstream said (its count and window, where it gave them),
+        else half as much again. None if compacting harder changes nothing."""
         window = plan.window
         if overflow.window and overflow.window < window.window:
             window = replace(window, window=overflow.window)
@@ -143,8 +147,7 @@ class Planner:
                 self.calibrator.observe(plan.model, round(sent / plan.factor), overflow.prompt_tokens)
         else:
             factor = plan.factor * 1.5
-        spec = "estimate" if plan.counted_by == "upstream" else plan.counted_by
-        harder = self._plan(body, validated_messages(body), window, spec, factor)
+        harder = self._plan(body, body["messages"], window, _spec(plan), factor)
         if harder.result.messages == plan.result.messages:
             return None
         return harder

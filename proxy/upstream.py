@@ -1,7 +1,6 @@
 """Forwarding to the one configured upstream: URLs, headers, errors and streamed responses.
 
-All I/O goes through the injected `httpx.AsyncClient`, so tests swap its transport instead of
-patching. Response bodies are passed on as raw bytes (`aiter_raw`) with their `content-encoding`,
+All I/O goes through one injected httpx transport, so tests swap it instead of patching. Response bodies are passed on as raw bytes (`aiter_raw`) with their `content-encoding`,
 so what the upstream sent is what the client gets. Upstream 4xx/5xx are responses, not exceptions;
 only transport failures become errors, mapped once in `map_transport_errors`.
 """
@@ -192,10 +191,8 @@ class StreamedResponse(StreamingResponse):
         self.upstream = response
         self.on_complete = on_complete if response.is_success else None
         self.metrics = metrics
-        content_type = response.headers.get("content-type", "")
-        self.is_sse = (
-            content_type.startswith("text/event-stream") and "content-encoding" not in response.headers
-        )
+        # An error event can be added to a plain SSE stream only, not to a compressed one.
+        self.is_sse = is_event_stream(response) and "content-encoding" not in response.headers
 
     async def _relay(self, response: httpx.Response) -> AsyncIterator[bytes]:
         tail = b""

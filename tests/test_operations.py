@@ -7,7 +7,7 @@ import logging.config
 import httpx
 import pytest
 
-from proxy.logs import JsonFormatter, log_config, request_id
+from proxy.logs import JsonFormatter, RequestIdFilter, log_config, request_id
 from tests.conversations import bike_shop_chat
 from tests.fakes import RecordingUpstream, proxy_client
 
@@ -113,8 +113,10 @@ def test_json_log_lines_carry_the_request_id() -> None:
     token = request_id.set("rid-7")
     try:
         record = logging.LogRecord("proxy", logging.INFO, __file__, 1, "Context optimized: %s", ("x",), None)
-        logging.config.dictConfig(log_config("info", "json"))
-        record.request_id = request_id.get()
+        config = log_config("info", "json")  # what the command hands uvicorn, without applying it here
+        assert config["formatters"]["default"]["()"] is JsonFormatter
+        assert config["filters"]["request_id"]["()"] is RequestIdFilter
+        assert RequestIdFilter().filter(record)
         line = json.loads(JsonFormatter().format(record))
     finally:
         request_id.reset(token)
