@@ -5,7 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VENV_EXTRAS=test,dev,tokenizers . scripts/venv.sh
+VENV_EXTRAS=test,dev,tokenizers,bench . scripts/venv.sh
+# The official Node clients (npm openai, ai + @ai-sdk/openai), pinned by tests/node/package-lock.json.
+if command -v npm >/dev/null 2>&1; then
+    npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
+fi
 
 MARKERS=()
 if [ "${FAST:-0}" = "1" ]; then
