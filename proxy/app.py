@@ -29,6 +29,7 @@ from proxy import __version__
 from proxy.cache import SummaryCache
 from proxy.calibration import reported_prompt_tokens
 from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_object
+from proxy.encoding import decode_body
 from proxy.errors import ProxyError, error_response
 from proxy.logs import request_id
 from proxy.metrics import Metrics
@@ -152,7 +153,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     @app.post("/compact")
     async def dry_run(request: Request) -> Response:
         """Compact a chat request's messages without calling the upstream: same body as a chat request."""
-        body = parse_json_object(await read_body(request, settings.max_body_bytes))
+        body = parse_json_object(await read_json_body(request, settings.max_body_bytes))
         check_messages(body, settings.max_messages)
         plan = await request.app.state.planner.plan(body, request.headers.raw)
         report = {"messages": plan.result.messages, "report": plan.report()}
@@ -168,7 +169,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         return await compact_and_forward(request, "/api/chat", native=True)
 
     async def compact_and_forward(request: Request, path: str, *, native: bool) -> Response:
-        raw = await read_body(request, settings.max_body_bytes)
+        raw = await read_json_body(request, settings.max_body_bytes)
         body = parse_json_object(raw)
         check_messages(body, settings.max_messages)
         planner: Planner = request.app.state.planner
@@ -279,6 +280,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         upstream: Upstream = request.app.state.upstream
         check_path(path)
         headers = upstream_headers(request)
+        if route == "chat":  # a chat body is read decoded, and sent so
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-encoding"]
         if b"x-request-id" not in {k.lower() for k, _ in headers}:
             headers.append((b"x-request-id", request_id.get().encode()))
         url = upstream.url(path, request.scope.get("query_string", b""), from_root=from_root)
@@ -438,6 +441,13 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise _too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def read_json_body(request: Request, limit: int) -> bytes:
+    """A body compaction must read: decoded when it was sent compressed."""
+    raw = await read_body(request, limit)
+    encoding = request.headers.get("content-encoding")
+    return decode_body(raw, encoding, limit) if encoding else raw
 
 
 def _too_large(limit: int) -> ProxyError:

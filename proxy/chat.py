@@ -72,8 +72,8 @@ def validated_messages(body: Body) -> list[dict[str, Any]]:
             raise ProxyError(400, f"messages[{i}] must be an object.", param=f"messages[{i}]")
         if not isinstance(message.get("role"), str):
             raise ProxyError(400, f"messages[{i}].role must be a string.", param=f"messages[{i}].role")
-        tool_calls = message.get("tool_calls")
-        if tool_calls is not None and not isinstance(tool_calls, list):
+        tool_calls = message.get("tool_calls")  # read only on assistant messages; forwarded elsewhere
+        if message["role"] == "assistant" and tool_calls is not None and not isinstance(tool_calls, list):
             raise ProxyError(
                 400, f"messages[{i}].tool_calls must be an array.", param=f"messages[{i}].tool_calls"
             )
