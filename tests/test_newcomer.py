@@ -70,3 +70,17 @@ def test_the_demo_runs_in_the_fresh_clone(clone: Path) -> None:
     done = subprocess.run(shlex.split(demo[0]), cwd=clone, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "->" in done.stdout and "ok" in done.stdout
+
+
+def test_a_second_start_does_not_reinstall(clone: Path) -> None:
+    installed = list(clone.glob(".venv/lib/python*/site-packages/compacting_proxy-*.dist-info"))
+    if not installed:
+        pytest.skip("runs after the serve test, which installs the clone's venv")
+    before = [p.stat().st_mtime_ns for p in installed]
+    done = subprocess.run(
+        ["./scripts/serve.sh", "--help"], cwd=clone, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--port" in done.stdout
+    after = list(clone.glob(".venv/lib/python*/site-packages/compacting_proxy-*.dist-info"))
+    assert after == installed and [p.stat().st_mtime_ns for p in after] == before, "pip ran again"
