@@ -5,6 +5,10 @@ Every successful answer reports the prompt's real size (`usage.prompt_tokens`, o
 bounded, and used to scale the next estimates. The factor in use moves only in steps of
 `STEP`, so that compaction decisions, and with them the upstream's prompt cache, stay stable
 while the smoothed ratio wanders a little.
+
+The same report also shows when a server cut the prompt silently (Ollama drops the oldest messages
+to fit its window and answers 200): it then counts far fewer tokens than were sent, or exactly its
+cap. `truncated_window` says which window the server must really have used.
 """
 
 from __future__ import annotations
@@ -21,6 +25,14 @@ SMOOTHING = 0.3  # weight of the newest observation
 STEP = 0.05  # the factor in use changes only when the smoothed ratio is this far (relative) from it
 MIN_SAMPLE = 64  # prompts smaller than this say more about per-message overhead than about text
 
+# A count this far under the estimate is not counting error: the estimate is within a few percent on
+# prose and code and undercounts JSON and CJK, so a prompt the server read as less than this share
+# of what was sent was cut.
+TRUNCATION_RATIO = 0.8
+# Some servers (older Ollama) report only the tokens they had to evaluate after a cached prefix: a
+# small count. No chat model runs with a window this small, so such counts are never taken as cuts.
+MIN_TRUNCATED_REPORT = 512
+
 _PROMPT_TOKENS = re.compile(rb'"(?:prompt_tokens|prompt_eval_count)"\s*:\s*(\d+)')
 
 
@@ -28,6 +40,25 @@ def reported_prompt_tokens(body_tail: bytes) -> int | None:
     """The last prompt size reported in a response body (or the tail of a stream), if any."""
     matches = _PROMPT_TOKENS.findall(body_tail)
     return int(matches[-1]) if matches else None
+
+
+def truncated_window(sent: int, reported: int, window: int) -> int | None:
+    """The window a server really used, if its count of a prompt (`reported`) says it cut the one the
+    proxy sent (`sent` tokens by the calibrated estimate, compacted for `window`); else None.
+
+    A count of exactly the window, or of exactly a power of two below what was sent, is a cap. A
+    count far under the estimate is a cut whose cap is unknown: the next power of two above it
+    (windows are), or the count itself when that is not below the window already in use."""
+    if reported in (window - 1, window) and reported > sent:
+        return window  # cut at the window the proxy assumed: its estimate was too low, not the window
+    if reported < MIN_TRUNCATED_REPORT or reported >= sent:
+        return None
+    if reported & (reported - 1) == 0 or reported + 1 & reported == 0:  # exactly 2**n or 2**n - 1
+        return min(window, reported + (reported & 1))
+    if reported >= TRUNCATION_RATIO * sent:
+        return None
+    ceiling = 1 << (reported - 1).bit_length()
+    return ceiling if ceiling < window else min(window, reported)
 
 
 @dataclass(slots=True)
