@@ -159,7 +159,9 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         """Compact a chat request's messages without calling the upstream: same body as a chat request."""
         body = parse_json_object(await read_body(request, settings.max_body_bytes))
         check_messages(body, settings.max_messages)
-        plan = await request.app.state.planner.plan(body, request.headers.raw)
+        bridge = await request.app.state.ollama.bridge(body, request.headers.raw)
+        num_ctx = bridge and bridge.num_ctx  # the window a chat request would get
+        plan = await request.app.state.planner.plan(body, request.headers.raw, window_tokens=num_ctx)
         report = {"messages": plan.result.messages, "report": plan.report()}
         return Response(dump_json(report), media_type="application/json")
 

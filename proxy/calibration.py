@@ -46,16 +46,13 @@ def truncated_window(sent: int, reported: int, window: int) -> int | None:
     """The window a server really used, if its count of a prompt (`reported`) says it cut the one the
     proxy sent (`sent` tokens by the calibrated estimate, compacted for `window`); else None.
 
-    A count of exactly the window, or of exactly a power of two below what was sent, is a cap. A
-    count far under the estimate is a cut whose cap is unknown: the next power of two above it
-    (windows are), or the count itself when that is not below the window already in use."""
+    A count of exactly the window is its cap: the estimate was too low, the window is right. A count
+    far under the estimate is a cut at a smaller window, which is at least the count: the next power
+    of two (windows are), or the count itself when that is not below the window already in use.
+    (A count of exactly some other power of two is no sign: counts land there by chance.)"""
     if reported in (window - 1, window) and reported > sent:
-        return window  # cut at the window the proxy assumed: its estimate was too low, not the window
-    if reported < MIN_TRUNCATED_REPORT or reported >= sent:
-        return None
-    if reported & (reported - 1) == 0 or reported + 1 & reported == 0:  # exactly 2**n or 2**n - 1
-        return min(window, reported + (reported & 1))
-    if reported >= TRUNCATION_RATIO * sent:
+        return window
+    if reported < MIN_TRUNCATED_REPORT or reported >= TRUNCATION_RATIO * sent:
         return None
     ceiling = 1 << (reported - 1).bit_length()
     return ceiling if ceiling < window else min(window, reported)
