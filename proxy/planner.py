@@ -114,7 +114,8 @@ class Planner:
         request itself sets (Ollama's `options.num_ctx`), which is what the server will use."""
         messages = validated_messages(body)
         model = str(body.get("model") or "")
-        window = await self.window(model, headers)
+        # A window the request sets needs no asking.
+        window = self.settings.window_for(model) if window_tokens else await self.window(model, headers)
         if window_tokens:
             window = replace(window, window=window_tokens)
         if (seen := self.seen_windows.get(model)) and seen < window.window:
