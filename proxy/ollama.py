@@ -13,14 +13,16 @@ the configured window, else the Modelfile's `num_ctx`, else the model's trained 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
 
 import httpx
+import orjson
 
 from proxy.ollama_bridge import OllamaBridge, to_ollama_chat
-from proxy.probes import fetch_json, ollama_model_info
+from proxy.probes import PROBE_TIMEOUT, fetch_json, ollama_model_info
 from proxy.settings import Settings
 
 log = logging.getLogger("proxy.ollama")
@@ -34,8 +36,8 @@ def _auth(headers: RawHeaders) -> list[tuple[bytes, bytes]]:
 
 class OllamaUpstream:
     """Asks the upstream once whether it is Ollama (`GET /api/version`, unless `COMPACT_UPSTREAM_KIND`
-    says), and each model's trained length (`POST /api/show`). Failed answers are asked again after
-    `refresh` seconds; good ones are kept."""
+    says: any answer but Ollama's means no), and each model's window (`POST /api/show`). A question
+    that got no answer is asked again after `refresh` seconds; answers are kept."""
 
     def __init__(
         self,
@@ -53,23 +55,33 @@ class OllamaUpstream:
         self.clock = clock
         self._kind: bool | None = {"ollama": True, "openai": False}.get(settings.upstream_kind)
         self._kind_retry = 0.0
+        self._asking = asyncio.Lock()
         self._windows: dict[str, int] = {}
         self._window_retry: dict[str, float] = {}
 
     async def is_ollama(self, headers: RawHeaders = ()) -> bool:
-        if self._kind is not None:
-            return self._kind
-        if self.clock() < self._kind_retry:
-            return False
-        answer = await fetch_json(self.client, "GET", f"{self.root_url}/api/version", _auth(headers))
-        if isinstance(answer, dict) and isinstance(answer.get("version"), str):
-            log.info("the upstream is Ollama %s: OpenAI chats go to its /api/chat", answer["version"])
-            self._kind = True
-        elif answer is not None:
-            self._kind = False  # it answered, and not as Ollama does
-        else:
-            self._kind_retry = self.clock() + self.refresh  # no answer (yet): not Ollama for now
+        if self._kind is None and self.clock() >= self._kind_retry:
+            async with self._asking:
+                if self._kind is None and self.clock() >= self._kind_retry:
+                    await self._ask_kind(headers)
         return bool(self._kind)
+
+    async def _ask_kind(self, headers: RawHeaders) -> None:
+        try:
+            response = await self.client.get(
+                f"{self.root_url}/api/version", headers=_auth(headers), timeout=PROBE_TIMEOUT
+            )
+        except httpx.HTTPError as exc:  # no answer (yet): not Ollama for now, asked again later
+            log.warning("could not ask the upstream whether it is Ollama: %s", type(exc).__name__)
+            self._kind_retry = self.clock() + self.refresh
+            return
+        try:
+            version = orjson.loads(response.content).get("version") if response.status_code == 200 else None
+        except (orjson.JSONDecodeError, AttributeError):
+            version = None
+        self._kind = isinstance(version, str)
+        if self._kind:
+            log.info("the upstream is Ollama %s: OpenAI chats go to its /api/chat", version)
 
     async def bridge(self, body: dict[str, object], headers: RawHeaders = ()) -> OllamaBridge | None:
         """The way to send this OpenAI chat to Ollama's native API with its window set, or None: not

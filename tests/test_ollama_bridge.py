@@ -13,7 +13,7 @@ import pytest
 from proxy.app import create_app
 from proxy.calibration import truncated_window
 from proxy.ollama_bridge import SseTranslator
-from tests.fakes import make_settings
+from tests.fakes import RecordingUpstream, completion, make_settings, proxy_client
 from tests.upstreams.ollama import FakeOllama, ModelSpec
 
 MODEL = "llama3.2:3b"
@@ -279,3 +279,20 @@ def test_a_stream_error_line_becomes_an_error_event() -> None:
 )
 def test_truncated_window(sent: int, reported: int, window: int, seen: int | None) -> None:
     assert truncated_window(sent, reported, window) == seen
+
+
+async def test_an_upstream_that_is_not_ollama_is_asked_once() -> None:
+    upstream = RecordingUpstream(
+        respond=lambda r: (
+            httpx.Response(404, text="404 page not found")
+            if r.url.path.startswith("/api/")
+            else httpx.Response(200, json=completion())
+        )
+    )
+    async with proxy_client(upstream, upstream_kind="auto") as client:
+        for _ in range(3):
+            response = await client.post(
+                "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            )
+            assert response.json() == completion()
+    assert [r.url.path for r in upstream.requests] == ["/api/version"] + ["/v1/chat/completions"] * 3
