@@ -296,3 +296,27 @@ async def test_an_upstream_that_is_not_ollama_is_asked_once() -> None:
             )
             assert response.json() == completion()
     assert [r.url.path for r in upstream.requests] == ["/api/version"] + ["/v1/chat/completions"] * 3
+
+
+async def test_a_window_ollama_cannot_give_is_caught_on_the_native_api_too() -> None:
+    """Told 16,384 for a model trained for 4,096, the proxy asks for num_ctx 16,384; Ollama caps it at
+    4,096 and cuts. The answer says so, and the next request is compacted to fit."""
+    fake = FakeOllama(models={MODEL: ModelSpec(trained=4096)})
+    sentence = "The wheel arrived bent and the rim was scratched near the valve, so I want a refund. "
+    messages = [{"role": "system", "content": "Be brief."}]
+    for turn in range(12):
+        messages += [
+            {"role": "user", "content": f"{turn}: {sentence * 40}"},
+            {"role": "assistant", "content": "Noted."},
+        ]
+    messages.append({"role": "user", "content": "So?"})
+    async with proxy_for(fake, window=16384) as client:
+        first = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": messages})
+        second = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": messages})
+        metrics = (await client.get("/metrics")).text
+    assert [b["options"]["num_ctx"] for p, b in chats(fake)] == [16384, 16384], "stable, even so"
+    assert first.headers["x-compaction-upstream-truncated"] == "true"
+    assert "x-compaction-upstream-truncated" not in second.headers
+    assert int(second.headers["x-compaction-dropped"]) > 0
+    assert len(fake.truncations) == 1 and fake.truncations[0].num_ctx == 4096
+    assert "compacting_proxy_upstream_truncations_total 1.0" in metrics
