@@ -87,7 +87,9 @@ class Planner:
         self.exact = exact
         self.calibrator = calibrator or Calibrator(settings.calibrate)
         self.metrics = metrics
-        self.seen_windows: dict[str, int] = {}  # model -> the window the upstream was seen cutting at
+        # The window the upstream was seen cutting at, per model and per window the request set (for
+        # Ollama, a request without `num_ctx` runs at its default, one with it at that size).
+        self.seen_windows: dict[tuple[str, int | None], int] = {}
         self.notes = LruCache(NOTE_MEMO_SIZE)  # written notes, reused as the chat resends old results
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
@@ -117,8 +119,8 @@ class Planner:
         # A window the request sets needs no asking.
         window = self.settings.window_for(model) if window_tokens else await self.window(model, headers)
         if window_tokens:
-            window = replace(window, window=window_tokens)
-        if (seen := self.seen_windows.get(model)) and seen < window.window:
+            window = replace(window, window=window_tokens, requested=window_tokens)
+        if (seen := self.seen_windows.get((model, window.requested))) and seen < window.window:
             window = replace(window, window=seen)
         estimate = "chars4" if window.tokenizer == "chars4" else "estimate"
         factor = self.calibrator.factor(model)
@@ -223,5 +225,6 @@ class Planner:
         )
         if self.metrics:
             self.metrics.upstream_truncations.inc()
-        self.seen_windows[plan.model] = min(window, self.seen_windows.get(plan.model, window))
+        key = (plan.model, plan.window.requested)
+        self.seen_windows[key] = min(window, self.seen_windows.get(key, window))
         return Truncation(plan.model, sent, reported, window)

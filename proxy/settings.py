@@ -65,6 +65,7 @@ class ModelWindow:
     reply_reserve: int
     tokenizer: str = "estimate"
     auto: bool = False
+    requested: int | None = None  # the window the request set itself (Ollama's `num_ctx`)
 
 
 class Settings(BaseSettings):

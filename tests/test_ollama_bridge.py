@@ -320,3 +320,31 @@ async def test_a_window_ollama_cannot_give_is_caught_on_the_native_api_too() -> 
     assert int(second.headers["x-compaction-dropped"]) > 0
     assert len(fake.truncations) == 1 and fake.truncations[0].num_ctx == 4096
     assert "compacting_proxy_upstream_truncations_total 1.0" in metrics
+
+
+async def test_a_cut_is_learned_for_the_window_that_was_asked_for() -> None:
+    """The bridge loads the model with num_ctx 32,768 (`/api/ps` then says so); a native request without
+    num_ctx makes Ollama reload it at its default and cut. That is learned for such requests only."""
+    fake = FakeOllama()
+    sentence = "The wheel arrived bent and the rim was scratched near the valve, so I want a refund. "
+    long_chat = [{"role": "system", "content": "Be brief."}]
+    for turn in range(12):
+        long_chat += [
+            {"role": "user", "content": f"{turn}: {sentence * 40}"},
+            {"role": "assistant", "content": "Ok."},
+        ]
+    long_chat.append({"role": "user", "content": "So?"})
+    native = {"model": MODEL, "messages": long_chat, "stream": False}
+    async with proxy_for(fake) as client:
+        await client.post(
+            "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+        )
+        first = await client.post("/api/chat", json=native)
+        second = await client.post("/api/chat", json=native)
+        report = (await client.post("/compact", json={"model": MODEL, "messages": long_chat})).json()[
+            "report"
+        ]
+    assert fake.loads == [(MODEL, 32768), (MODEL, 4096)]
+    assert first.headers["x-compaction-upstream-truncated"] == "true"
+    assert "x-compaction-upstream-truncated" not in second.headers and len(fake.truncations) == 1
+    assert report["window"] == 32768, "OpenAI chats, sent with num_ctx, still get their window"
