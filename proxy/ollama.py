@@ -28,6 +28,7 @@ from proxy.settings import Settings
 log = logging.getLogger("proxy.ollama")
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
+MAX_UNKNOWN_MODELS = 1024
 
 
 def _auth(headers: RawHeaders) -> list[tuple[bytes, bytes]]:
@@ -98,12 +99,12 @@ class OllamaUpstream:
         return OllamaBridge.for_request(body, await self.num_ctx(str(body.get("model") or ""), headers))
 
     async def num_ctx(self, model: str, headers: RawHeaders = ()) -> int:
-        """The window `model` runs at when the proxy sends it: chosen once, then kept."""
+        """The window `model` runs at when the proxy sends it: chosen once, then kept (only models
+        Ollama has are kept, so the table stays as small as its model list)."""
         if model in self._windows:
             return self._windows[model]
         configured = self.settings.window_for(model)
         if not configured.auto:
-            self._windows[model] = configured.window
             return configured.window
         if self.clock() < self._window_retry.get(model, 0.0):
             return min(configured.window, self.settings.ollama_max_num_ctx)
@@ -113,6 +114,8 @@ class OllamaUpstream:
         info = ollama_model_info(show)
         if info is None:
             log.warning("Ollama gave no window for model %r; num_ctx %d for now", model, configured.window)
+            if len(self._window_retry) >= MAX_UNKNOWN_MODELS:  # names come from clients: stay bounded
+                self._window_retry.clear()
             self._window_retry[model] = self.clock() + self.refresh
             return min(configured.window, self.settings.ollama_max_num_ctx)
         if info.num_ctx:  # Ollama never runs a model past its trained length

@@ -216,12 +216,14 @@ class Planner:
             return None
         log.warning(
             "The upstream cut the prompt silently: model %r was sent about %d tokens and read %d "
-            "(compacted for a window of %d). From now on it is compacted for a window of %d.",
+            "(compacted for a window of %d). %s",
             plan.model or "-",
             sent,
             reported,
             plan.window.window,
-            window,
+            f"From now on it is compacted for a window of {window}."
+            if window < plan.window.window
+            else "It read exactly the window: the prompt was larger than counted.",
         )
         if self.metrics:
             self.metrics.upstream_truncations.inc()
