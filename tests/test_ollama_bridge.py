@@ -9,11 +9,13 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from proxy.app import create_app
 from proxy.calibration import truncated_window
 from proxy.ollama_bridge import SseTranslator
-from tests.fakes import RecordingUpstream, completion, make_settings, proxy_client
+from proxy.settings import Settings, describe_validation_error
+from tests.fakes import RecordingUpstream, completion, make_settings, proxy_client, sse_chunks
 from tests.upstreams.ollama import FakeOllama, ModelSpec
 
 MODEL = "llama3.2:3b"
@@ -348,3 +350,33 @@ async def test_a_cut_is_learned_for_the_window_that_was_asked_for() -> None:
     assert first.headers["x-compaction-upstream-truncated"] == "true"
     assert "x-compaction-upstream-truncated" not in second.headers and len(fake.truncations) == 1
     assert report["window"] == 32768, "OpenAI chats, sent with num_ctx, still get their window"
+
+
+async def test_a_cut_shown_in_a_streamed_usage_is_learned_too() -> None:
+    """Any upstream that reports usage: here an OpenAI-style stream whose last chunk says 900 tokens
+    were read of the ~5,000 sent. The headers are gone, the metric and the window are not."""
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":900,"completion_tokens":2,"total_tokens":902}}\n\n'
+    upstream = RecordingUpstream(
+        respond=lambda r: httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream"},
+            content=b"".join([*sse_chunks(["Hi"])[:-1], usage, b"data: [DONE]\n\n"]),
+        )
+    )
+    body = {"model": "m", "messages": [{"role": "user", "content": "word " * 4000}], "stream": True}
+    async with proxy_client(upstream) as client:
+        streamed = await client.post("/v1/chat/completions", json=body)
+        metrics = (await client.get("/metrics")).text
+        report = (await client.post("/compact", json=body)).json()["report"]
+    assert streamed.status_code == 200 and "x-compaction-upstream-truncated" not in streamed.headers
+    assert "compacting_proxy_upstream_truncations_total 1.0" in metrics
+    assert report["window"] == 1024, "the next power of two above what it read"
+
+
+def test_the_new_settings() -> None:
+    defaults = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert (defaults.window, defaults.upstream_kind, defaults.ollama_num_ctx) == ("auto", "auto", True)
+    assert defaults.ollama_max_num_ctx == 32768 and defaults.fallback_window == 8192
+    with pytest.raises(ValidationError) as error:
+        Settings(_env_file=None, upstream_kind="vllm")  # type: ignore[call-arg]
+    assert "COMPACT_UPSTREAM_KIND" in describe_validation_error(error.value)
