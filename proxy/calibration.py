@@ -25,10 +25,11 @@ SMOOTHING = 0.3  # weight of the newest observation
 STEP = 0.05  # the factor in use changes only when the smoothed ratio is this far (relative) from it
 MIN_SAMPLE = 64  # prompts smaller than this say more about per-message overhead than about text
 
-# A count this far under the estimate is not counting error: the estimate is within a few percent on
-# prose and code and undercounts JSON and CJK, so a prompt the server read as less than this share
-# of what was sent was cut.
-TRUNCATION_RATIO = 0.8
+# A count this far under the estimate is not counting error. Before calibration the estimate can be
+# off by a quarter either way (a large-vocabulary tokenizer, a server that counts characters), and a
+# steady ratio like that is the tokenizer's, not a cut: a prompt read as less than this share of what
+# was sent was cut.
+TRUNCATION_RATIO = 0.6
 # Some servers (older Ollama) report only the tokens they had to evaluate after a cached prefix: a
 # small count. No chat model runs with a window this small, so such counts are never taken as cuts.
 MIN_TRUNCATED_REPORT = 512
@@ -52,6 +53,8 @@ def truncated_window(sent: int, reported: int, window: int) -> int | None:
     (A count of exactly some other power of two is no sign: counts land there by chance.)"""
     if reported in (window - 1, window) and reported > sent:
         return window
+    if reported > window:  # whatever happened, the server's window is larger than the one assumed
+        return None
     if reported < MIN_TRUNCATED_REPORT or reported >= TRUNCATION_RATIO * sent:
         return None
     ceiling = 1 << (reported - 1).bit_length()
