@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 import os
@@ -33,6 +34,9 @@ from proxy.encoding import decode_body
 from proxy.errors import ProxyError, error_response
 from proxy.logs import request_id
 from proxy.metrics import Metrics
+from proxy.ollama import OllamaUpstream
+from proxy.ollama_bridge import OllamaBridge
+from proxy.ollama_relay import TRUNCATED_HEADER, relay_from_ollama
 from proxy.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.planner import Planner
 from proxy.probes import UpstreamTokenCounter, WindowDetector
@@ -85,7 +89,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         )
         detector = WindowDetector(http, settings.upstream_url, refresh=settings.window_refresh)
         exact = UpstreamTokenCounter(http, settings.upstream_url)
-        state.planner = Planner(settings, detector=detector, exact=exact)
+        state.planner = Planner(settings, detector=detector, exact=exact, metrics=metrics)
+        state.ollama = OllamaUpstream(http, settings)
         if settings.summarize:
             cache = SummaryCache(
                 size=settings.cache_size, redis_url=settings.cache_url, ttl=settings.cache_ttl
@@ -155,7 +160,9 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         """Compact a chat request's messages without calling the upstream: same body as a chat request."""
         body = parse_json_object(await read_json_body(request, settings.max_body_bytes))
         check_messages(body, settings.max_messages)
-        plan = await request.app.state.planner.plan(body, request.headers.raw)
+        bridge = await request.app.state.ollama.bridge(body, request.headers.raw)
+        num_ctx = bridge and bridge.num_ctx  # the window a chat request would get
+        plan = await request.app.state.planner.plan(body, request.headers.raw, window_tokens=num_ctx)
         report = {"messages": plan.result.messages, "report": plan.report()}
         return Response(dump_json(report), media_type="application/json")
 
@@ -173,7 +180,9 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         body = parse_json_object(raw)
         check_messages(body, settings.max_messages)
         planner: Planner = request.app.state.planner
-        num_ctx = native_window(body) if native else None
+        # An OpenAI chat for Ollama goes to its native API, with the window the proxy compacts for.
+        bridge = None if native else await request.app.state.ollama.bridge(body, request.headers.raw)
+        num_ctx = native_window(body) if native else bridge and bridge.num_ctx
         plan = await planner.plan(body, request.headers.raw, window_tokens=num_ctx)
         plan = await summarized(request, body, plan)
         metrics.record_compaction(plan.result)
@@ -189,7 +198,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
                 compacted = dump_json(plan.result.messages)[:LOGGED_BODY_BYTES]
                 log.info("compacted messages: %s", compacted.decode("utf-8", "replace"))
         streamed = body.get("stream") is not False if native else body.get("stream") is True
-        return await until_disconnect(request, exchange(request, path, raw, body, plan, streamed, native))
+        work = exchange(request, path, raw, body, plan, streamed, native, bridge)
+        return await until_disconnect(request, work)
 
     async def exchange(
         request: Request,
@@ -199,13 +209,19 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         plan: ChatPlan,
         streamed: bool,
         native: bool,
+        bridge: OllamaBridge | None = None,
     ) -> Response:
         """Forward a planned chat request; on an overflow the upstream reports, retry once, harder."""
+        planner: Planner = request.app.state.planner
+        if bridge is not None:  # Ollama cuts instead of rejecting: there is no overflow to retry
+            content = bridge.request_bytes({**body, "messages": plan.result.messages}, plan.max_tokens)
+            response = await send(request, "/api/chat", content, "chat", from_root=True)
+            learn = functools.partial(planner.read_report, plan)
+            return await relay_from_ollama(response, bridge, plan.headers(), learn, metrics)
         response = await send(request, path, plan.body_bytes(raw, body), "chat", from_root=native)
         if response.status_code in OVERFLOW_STATUSES:
             error = await read_raw(response)
             overflow = parse_overflow(response.status_code, error)
-            planner: Planner = request.app.state.planner
             harder = planner.harder(body, plan, overflow) if overflow else None
             if harder is None:
                 if overflow:
@@ -307,8 +323,9 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             learn = (lambda tail: planner.learn(plan, reported_prompt_tokens(tail))) if plan else None
             return StreamedResponse(response, extra, on_complete=learn, metrics=metrics)
         body = await read_raw(response)
-        if response.is_success and "content-encoding" not in response.headers:
-            planner.learn(plan, reported_prompt_tokens(body[-TAIL_BYTES:]))
+        readable = response.is_success and "content-encoding" not in response.headers
+        if readable and planner.read_report(plan, reported_prompt_tokens(body[-TAIL_BYTES:])):
+            extra = {**extra, TRUNCATED_HEADER: "true"}
         return buffered_response(response, body, extra)
 
     app.add_middleware(RequestContext, metrics=metrics, api_keys=api_keys)
