@@ -82,7 +82,9 @@ def test_a_gzipped_long_chat_through_the_real_process() -> None:
         )
         assert response.status_code == 200, response.text
         assert response.headers["x-compaction-truncated"] == "1"
-        [received] = [r for c in upstream.connections for r in c.requests]
+        [received] = [
+            r for c in upstream.connections for r in c.requests if r.target.endswith("/chat/completions")
+        ]
     assert "content-encoding" not in received.headers
     sent = json.loads(received.body)
     assert sent["x_vendor"] == {"keep": True} and len(sent["messages"]) == len(body["messages"])
