@@ -119,6 +119,14 @@ def process_status(name: str) -> dict[str, str]:
     return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
 
 
+def test_its_configuration_is_what_deploy_relies_on(image: str) -> None:
+    config = orjson.loads(podman("image", "inspect", "--format={{json .Config}}", image).stdout)
+    # Numeric, so Kubernetes' runAsNonRoot can check it (deploy/kubernetes: runAsUser 10001).
+    assert config["User"] == f"{UID}:{UID}"
+    assert list(config["ExposedPorts"]) == ["8080/tcp"]
+    assert not [v for v in config["Env"] if v.startswith("COMPACT_")], "defaults live in proxy/settings.py"
+
+
 def test_as_shipped_it_passes_its_healthcheck_as_a_non_root_user(image: str) -> None:
     with container(image, network="none") as name:
         wait_until(name, lambda: healthcheck_passes(name), "healthy")
