@@ -51,7 +51,7 @@ FINGERPRINT=$({ echo "$RECIPE"; cat "$CA_BUNDLE"; } | sha256sum | cut -c1-16)
 LABEL=org.compacting-proxy.base-fingerprint
 have=$(podman image inspect --format "{{index .Labels \"$LABEL\"}}" "$BASE_IMAGE" 2>/dev/null || true)
 if [ "$have" != "$FINGERPRINT" ]; then
-    say "making $BASE_IMAGE with debootstrap (about a minute)"
+    say "making $BASE_IMAGE with debootstrap (two or three minutes)"
     started=$SECONDS
     root=$(mktemp -d /var/tmp/pybase.XXXXXX)
     trap 'rm -rf "$root"' EXIT
@@ -77,4 +77,6 @@ started=$SECONDS
 podman build --format docker --network host --build-arg "PYTHON_IMAGE=$BASE_IMAGE" \
     --tag "$IMAGE" --file Dockerfile . >&2
 say "built $IMAGE in $((SECONDS - started)) s"
+# Untagged leftovers of earlier builds on this base (layer cache of older sources), after a day.
+podman image prune --force --filter "label=$LABEL" --filter until=24h >/dev/null
 echo "$IMAGE"
