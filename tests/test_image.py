@@ -71,9 +71,13 @@ def image() -> Iterator[str]:
 
 @contextmanager
 def container(image: str, *args: str, network: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """`podman run -d` the image with `args` after its name; yields the container's name, removed after."""
+    """`podman run -d` the image with `args` after its name; yields the container's name, removed after.
+
+    Locked down as deploy/ runs it (compose: read_only, cap_drop ALL, no-new-privileges; Kubernetes:
+    readOnlyRootFilesystem): the image must need nothing more."""
     name = f"compacting-proxy-test-{uuid.uuid4().hex[:12]}"
     options = [f"--env={key}={value}" for key, value in (env or {}).items()]
+    options += ["--read-only", "--cap-drop=all", "--security-opt=no-new-privileges"]
     podman("run", "--detach", f"--name={name}", f"--network={network}", *options, image, *args)
     try:
         yield name
