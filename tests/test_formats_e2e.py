@@ -11,8 +11,6 @@ the compacted request sent again goes through unchanged (idempotence).
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -21,12 +19,10 @@ import openai
 import pytest
 
 from tests.format_chats import ANTHROPIC, RESPONSES, as_anthropic, as_responses, check_compacted
-from tests.processes import VENV_BIN, free_port, running
+from tests.format_fixtures import API_KEY, WINDOW, last_body, recorded
 from tests.upstreams.chats import support_chat
 from tests.upstreams.formats import REPLY
 
-WINDOW = 4000  # the upstream's, and the proxy's for the model "small"
-API_KEY = "proxy-key"
 TOOLS_RESPONSES: list[Any] = [
     {"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}, "strict": False}
     for n in ("get_order", "search_parts", "create_return")
@@ -34,61 +30,6 @@ TOOLS_RESPONSES: list[Any] = [
 TOOLS_ANTHROPIC: list[Any] = [
     {"name": n, "input_schema": {"type": "object", "properties": {}}} for n in ("get_order", "search_parts")
 ]
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[str]:
-    port = free_port()
-    args = [sys.executable, "-m", "tests.upstreams.formats", "--port", str(port), "--window", str(WINDOW)]
-    with running(args, ready_url=f"http://127.0.0.1:{port}/v1/models"):
-        yield f"http://127.0.0.1:{port}"
-
-
-def start_proxy(upstream: str, **env: str) -> Any:
-    port = free_port()
-    settings = {
-        "COMPACT_UPSTREAM_URL": f"{upstream}/v1",
-        "COMPACT_WINDOW": "100000",  # only the model (or deployment) "small" has a small window
-        "COMPACT_MODELS": json.dumps({"small": {"window": WINDOW}}),
-        **env,
-    }
-    args = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--log-level", "warning"]
-    return running(
-        args, ready_url=f"http://127.0.0.1:{port}/healthz", env=settings
-    ), f"http://127.0.0.1:{port}"
-
-
-@pytest.fixture(scope="module")
-def proxy(upstream: str) -> Iterator[str]:
-    context, url = start_proxy(upstream)
-    with context:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def locked_proxy(upstream: str) -> Iterator[str]:
-    """The proxy with its own API keys (COMPACT_API_KEYS)."""
-    context, url = start_proxy(upstream, COMPACT_API_KEYS=API_KEY)
-    with context:
-        yield url
-
-
-@pytest.fixture
-def received(upstream: str) -> Iterator[list[dict[str, Any]]]:
-    """What the upstream receives during the test (path, query, headers, raw body)."""
-    httpx.delete(f"{upstream}/_recorded")
-    records: list[dict[str, Any]] = []
-    yield records
-
-
-def recorded(upstream: str) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = httpx.get(f"{upstream}/_recorded").json()
-    return records
-
-
-def last_body(upstream: str) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(recorded(upstream)[-1]["body"])
-    return body
 
 
 def without(body: dict[str, Any], key: str) -> dict[str, Any]:
@@ -112,7 +53,7 @@ def oai(base_url: str) -> openai.OpenAI:
 
 
 def test_responses_a_short_request_goes_through_byte_for_byte(
-    upstream: str, proxy: str, received: list[Any]
+    upstream: str, proxy: str, fresh_record: None
 ) -> None:
     kwargs: dict[str, Any] = {
         "model": "small",
@@ -131,7 +72,7 @@ def test_responses_a_short_request_goes_through_byte_for_byte(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_responses_a_long_history_is_compacted(
-    upstream: str, proxy: str, received: list[Any], stream: bool
+    upstream: str, proxy: str, fresh_record: None, stream: bool
 ) -> None:
     instructions, items = as_responses(support_chat(10, result_items=20))
     kwargs: dict[str, Any] = {
@@ -183,7 +124,7 @@ def test_responses_a_long_history_is_compacted(
     ids=["previous_response_id", "context_management", "compaction_item"],
 )
 def test_responses_the_server_keeps_or_compacts_its_history_left_alone(
-    upstream: str, proxy: str, received: list[Any], extra: dict[str, Any]
+    upstream: str, proxy: str, fresh_record: None, extra: dict[str, Any]
 ) -> None:
     instructions, items = as_responses(support_chat(10, result_items=20))
     body: dict[str, Any] = {"model": "small", "instructions": instructions, "input": items}
@@ -213,7 +154,7 @@ def claude(base_url: str, api_key: str = "sk-ant-test") -> anthropic.Anthropic:
 
 
 def test_anthropic_a_short_request_goes_through_with_its_headers(
-    upstream: str, proxy: str, received: list[Any]
+    upstream: str, proxy: str, fresh_record: None
 ) -> None:
     kwargs: dict[str, Any] = {
         "model": "small",
@@ -233,7 +174,7 @@ def test_anthropic_a_short_request_goes_through_with_its_headers(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_anthropic_a_long_history_is_compacted(
-    upstream: str, proxy: str, received: list[Any], stream: bool
+    upstream: str, proxy: str, fresh_record: None, stream: bool
 ) -> None:
     system, messages = as_anthropic(support_chat(10, result_items=20))
     kwargs: dict[str, Any] = {
@@ -283,7 +224,7 @@ def test_anthropic_a_long_history_is_compacted(
     assert_idempotent(upstream, f"{proxy}/v1/messages", {**sent, "stream": False}, headers)
 
 
-def test_anthropic_count_tokens_is_passed_through(upstream: str, proxy: str, received: list[Any]) -> None:
+def test_anthropic_count_tokens_is_passed_through(upstream: str, proxy: str, fresh_record: None) -> None:
     system, messages = as_anthropic(support_chat(10, result_items=20))
     counted = claude(proxy).messages.count_tokens(model="small", system=system, messages=messages)
     assert counted.input_tokens > WINDOW  # counted whole: nothing compacted
@@ -292,7 +233,7 @@ def test_anthropic_count_tokens_is_passed_through(upstream: str, proxy: str, rec
     assert json.loads(record["body"])["messages"] == messages
 
 
-def test_anthropic_context_management_is_left_alone(upstream: str, proxy: str, received: list[Any]) -> None:
+def test_anthropic_context_management_is_left_alone(upstream: str, proxy: str, fresh_record: None) -> None:
     system, messages = as_anthropic(support_chat(10, result_items=20))
     body = {
         "model": "small",
@@ -307,7 +248,7 @@ def test_anthropic_context_management_is_left_alone(upstream: str, proxy: str, r
     assert recorded(upstream)[-1]["body"].encode() == raw
 
 
-def test_anthropic_errors_come_in_anthropics_shape(upstream: str, proxy: str, received: list[Any]) -> None:
+def test_anthropic_errors_come_in_anthropics_shape(upstream: str, proxy: str, fresh_record: None) -> None:
     with pytest.raises(anthropic.BadRequestError) as bad:
         claude(proxy).messages.create(model="small", max_tokens=10, messages="hello")  # type: ignore[arg-type]
     assert bad.value.body == {
@@ -317,7 +258,7 @@ def test_anthropic_errors_come_in_anthropics_shape(upstream: str, proxy: str, re
     assert recorded(upstream) == [], "nothing reached the upstream"
 
 
-def test_anthropic_x_api_key_is_the_proxys_key(upstream: str, locked_proxy: str, received: list[Any]) -> None:
+def test_anthropic_x_api_key_is_the_proxys_key(upstream: str, locked_proxy: str, fresh_record: None) -> None:
     kwargs: dict[str, Any] = {
         "model": "small",
         "max_tokens": 10,
@@ -338,7 +279,7 @@ def test_anthropic_x_api_key_is_the_proxys_key(upstream: str, locked_proxy: str,
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("style", ["azure_endpoint", "base_url"])
 def test_azure_deployment_paths_are_compacted_for_the_deployment(
-    upstream: str, proxy: str, received: list[Any], stream: bool, style: str
+    upstream: str, proxy: str, fresh_record: None, stream: bool, style: str
 ) -> None:
     if style == "azure_endpoint":  # posts /openai/deployments/{name}/chat/completions
         client = openai.AzureOpenAI(

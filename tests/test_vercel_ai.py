@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.format_chats import RESPONSES, check_compacted
-from tests.test_formats_e2e import last_body, proxy, received, upstream  # noqa: F401 (fixtures)
+from tests.format_fixtures import last_body
 from tests.upstreams.chats import support_chat
 from tests.upstreams.formats import REPLY
 
@@ -70,10 +70,7 @@ def run_node(
 
 @pytest.mark.parametrize("mode", ["generate", "stream"])
 def test_the_ai_sdks_default_provider_is_compacted(
-    upstream: str,  # noqa: F811
-    proxy: str,  # noqa: F811
-    received: list[Any],  # noqa: F811
-    mode: str,
+    upstream: str, proxy: str, fresh_record: None, mode: str
 ) -> None:
     system, messages = ai_sdk_messages(support_chat(10, result_items=20))
     direct = run_node(f"{upstream}/v1", mode, system, messages)
