@@ -87,8 +87,10 @@ def as_anthropic(messages: list[Item], *, thinking: bool = True) -> tuple[list[I
             out.append({"role": "assistant", "content": blocks})
         else:
             out.append({"role": "assistant", "content": [{"type": "text", "text": m["content"]}]})
-    # A marker on an old tool result and on the last request, as an agent's cache breakpoints.
-    out[2]["content"][0]["cache_control"] = cache
+    # A marker on the oldest tool result and on the last request, as an agent's cache breakpoints.
+    results = [m for m in out if m["role"] == "user" and isinstance(m["content"], list)]
+    if results:
+        results[0]["content"][0]["cache_control"] = cache
     last = out[-1]
     out[-1] = {"role": "user", "content": [{"type": "text", "text": last["content"], "cache_control": cache}]}
     return system, out
