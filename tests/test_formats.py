@@ -151,6 +151,40 @@ def test_a_dropped_run_inside_a_split_user_message_keeps_the_results_whole() -> 
     assert messages[4:] == body["messages"][4:]
 
 
+def test_custom_tool_calls_pair_with_their_outputs_and_reasoning_stays_with_them() -> None:
+    big = "y" * 5000
+    body: dict[str, Any] = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "first"},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "custom_tool_call", "call_id": "c1", "name": "patch", "input": "*** Begin Patch"},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": big},
+            {"type": "message", "role": "assistant", "content": "done"},
+            {"role": "user", "content": "second"},
+            {"type": "computer_call", "call_id": "c2", "action": {"type": "screenshot"}},
+            {
+                "type": "computer_call_output",
+                "call_id": "c2",
+                "output": {"type": "computer_screenshot", "image_url": big},
+            },
+            {"role": "user", "content": "third"},
+            {"role": "user", "content": "fourth"},
+        ],
+    }
+    conversation = RESPONSES.read(body, {})
+    assert conversation is not None
+    roles = [m["role"] for m in conversation.request["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant", "tool", "user", "user"]
+    assert conversation.request["messages"][1]["tool_calls"][0]["id"] == "c1"
+    out, changed, _ = compacted(RESPONSES, body, 3000)
+    assert changed
+    noted = [i for i in out["input"] if i.get("type") == "custom_tool_call_output"]
+    assert noted and noted[0]["output"].startswith("[Truncated")
+    screenshot = [i for i in out["input"] if i.get("type") == "computer_call_output"]
+    assert screenshot == [body["input"][7]], "a screenshot is never noted"
+
+
 @pytest.mark.parametrize(
     ("wire", "body"),
     [
