@@ -5,6 +5,7 @@ the dry run)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from typing import Any
@@ -26,6 +27,26 @@ from tests.format_chats import RESPONSES as RESPONSES_SHAPE
 from tests.format_chats import as_anthropic, as_responses, check_compacted
 
 Message = dict[str, Any]
+# Keys the adapters read, and a few they do not.
+KEYS = [
+    "role",
+    "content",
+    "type",
+    "call_id",
+    "output",
+    "name",
+    "arguments",
+    "input",
+    "id",
+    "tool_use_id",
+    "tool_calls",
+    "text",
+    "system",
+    "instructions",
+    "max_output_tokens",
+    "cache_control",
+    "x",
+]
 COUNTER = RequestCounter(count_chars4)
 
 
@@ -303,3 +324,38 @@ async def test_the_dry_run_takes_every_format(how: str) -> None:
     assert answer["report"]["compacted"] is True
     assert answer["body"]["system"] == system and "format" not in answer["body"]
     check_compacted(ANTHROPIC_SHAPE, messages, answer["body"]["messages"])
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=300),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/messages", "/openai/deployments/d/chat/completions"])
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    items=st.lists(json_values, max_size=12),
+    extra=st.dictionaries(st.sampled_from(KEYS), json_values, max_size=3),
+)
+def test_no_body_of_any_shape_makes_a_server_error(
+    path: str, items: list[Any], extra: dict[str, Any]
+) -> None:
+    key = "input" if path == "/v1/responses" else "messages"
+    body = {"model": "m", "max_tokens": 20, **extra, key: items}
+
+    async def post() -> httpx.Response:
+        async with proxy_client(
+            RecordingUpstream(respond=lambda r: anthropic_answer(5)), window=300
+        ) as client:
+            return await client.post(path, json=body)
+
+    response = asyncio.run(post())
+    assert response.status_code < 500, response.text
+    if response.status_code >= 400:
+        payload = response.json()
+        error = payload["error"]
+        assert isinstance(error["message"], str) and error["message"]
+        if path == "/v1/messages":
+            assert payload["type"] == "error"

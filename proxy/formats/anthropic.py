@@ -22,7 +22,7 @@ from typing import Any
 
 from proxy.chat import Body, ChatPlan
 from proxy.errors import ProxyError, anthropic_error
-from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items
+from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items, str_field
 from proxy.tokens import json_text
 
 TOOL_USES = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
@@ -93,8 +93,9 @@ def _read_message(
         sources.append((Part(index),))
         return
     if role == "assistant":
-        text = [b for b in content if not (isinstance(b, dict) and b.get("type") in TOOL_USES)]
-        calls = [_call(b) for b in content if isinstance(b, dict) and b.get("type") in TOOL_USES]
+        uses = [isinstance(b, dict) and str_field(b.get("type")) in TOOL_USES for b in content]
+        text = [b for b, use in zip(content, uses, strict=True) if not use]
+        calls = [_call(b) for b, use in zip(content, uses, strict=True) if use]
         message: Message = {"role": "assistant", "content": text}
         if calls:
             message["tool_calls"] = calls

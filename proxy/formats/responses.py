@@ -22,7 +22,7 @@ from typing import Any
 
 from proxy.chat import Body, ChatPlan
 from proxy.errors import ProxyError, openai_error
-from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items
+from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items, str_field
 from proxy.tokens import json_text
 
 NOTED_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
@@ -53,7 +53,9 @@ class Responses:
             messages.append({"role": "user", "content": items})
             sources.append((Part(0),))
         elif isinstance(items, list):
-            if any(isinstance(item, dict) and item.get("type") in SERVER_COMPACTION for item in items):
+            if any(
+                isinstance(item, dict) and str_field(item.get("type")) in SERVER_COMPACTION for item in items
+            ):
                 return None
             _read_items(items, messages, sources)
         else:
@@ -100,12 +102,12 @@ def _read_items(items: list[Any], messages: list[Message], sources: list[tuple[P
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             raise ProxyError(400, f"input[{index}] must be an object.", param=f"input[{index}]")
-        kind, role, call_id = item.get("type"), item.get("role"), item.get("call_id")
+        kind, role, call_id = str_field(item.get("type")), str_field(item.get("role")), item.get("call_id")
         if kind in (None, "message") and role in USER_SIDE_ROLES:
             close_turn()
             messages.append({"role": role, "content": item.get("content")})
             sources.append((Part(index),))
-        elif isinstance(kind, str) and kind.endswith("_output") and isinstance(call_id, str):
+        elif kind is not None and kind.endswith("_output") and isinstance(call_id, str):
             close_turn()
             output = item.get("output")
             # Results with no text to shorten are counted whole and never noted.
