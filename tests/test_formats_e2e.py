@@ -310,3 +310,17 @@ def test_azure_deployment_paths_are_compacted_for_the_deployment(
         sent["model"] == model and sent["messages"][0] == messages[0] and sent["messages"][-1] == messages[-1]
     )
     assert len(sent["messages"]) < len(messages) or sent["messages"] != messages
+
+
+def test_azure_api_key_is_the_proxys_key(upstream: str, locked_proxy: str, fresh_record: None) -> None:
+    def client(key: str) -> openai.AzureOpenAI:
+        return openai.AzureOpenAI(
+            azure_endpoint=locked_proxy, api_version="2024-10-21", api_key=key, max_retries=0
+        )
+
+    messages: list[Any] = [{"role": "user", "content": "Hi!"}]
+    with pytest.raises(openai.AuthenticationError):
+        client("wrong").chat.completions.create(model="small", messages=messages)
+    assert client(API_KEY).chat.completions.create(model="small", messages=messages).choices
+    (record,) = recorded(upstream)
+    assert "api-key" not in record["headers"], "the proxy's key is not the upstream's"
