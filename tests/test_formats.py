@@ -198,7 +198,7 @@ def test_custom_tool_calls_pair_with_their_outputs_and_reasoning_stays_with_them
     roles = [m["role"] for m in conversation.request["messages"]]
     assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant", "tool", "user", "user"]
     assert conversation.request["messages"][1]["tool_calls"][0]["id"] == "c1"
-    out, changed, _ = compacted(RESPONSES, body, 3000)
+    out, changed, _ = compacted(RESPONSES, body, 2000)
     assert changed
     noted = [i for i in out["input"] if i.get("type") == "custom_tool_call_output"]
     assert noted and noted[0]["output"].startswith("[Truncated")

@@ -26,6 +26,7 @@ from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, 
 from proxy.tokens import json_text
 
 TOOL_USES = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+THINKING_OR_TOOL_USES = TOOL_USES | {"thinking", "redacted_thinking"}
 USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
@@ -44,7 +45,7 @@ class AnthropicMessages:
         messages: list[Message] = []
         sources: list[tuple[Part, ...]] = []
         if body.get("system") is not None:
-            messages.append({"role": "system", "content": body["system"]})
+            messages.append({"role": "system", "content": _chat_content(body["system"])})
             sources.append(())
         for index, item in enumerate(items):
             if not isinstance(item, dict) or not isinstance(item.get("role"), str):
@@ -53,9 +54,8 @@ class AnthropicMessages:
                 )
             _read_message(index, item, messages, sources)
         request: Body = {"model": model or "", "messages": messages}
-        for key in ("tools", "tool_choice"):
-            if body.get(key) is not None:
-                request[key] = body[key]
+        if isinstance(tools := body.get("tools"), list):
+            request["tools"] = [_chat_tool(tool) for tool in tools]
         if (reply := int_field(body.get("max_tokens"))) is not None:
             request["max_tokens"] = reply
         return Conversation(request, sources)
@@ -89,14 +89,19 @@ def _read_message(
 ) -> None:
     role, content = item["role"], item.get("content")
     if not isinstance(content, list):
-        messages.append({"role": role, "content": content})
+        messages.append({"role": role, "content": _chat_content(content)})
         sources.append((Part(index),))
         return
+    kinds = [str_field(b.get("type")) if isinstance(b, dict) else None for b in content]
     if role == "assistant":
-        uses = [isinstance(b, dict) and str_field(b.get("type")) in TOOL_USES for b in content]
-        text = [b for b, use in zip(content, uses, strict=True) if not use]
-        calls = [_call(b) for b, use in zip(content, uses, strict=True) if use]
-        message: Message = {"role": "assistant", "content": text}
+        message: Message = {"role": "assistant", "content": None}
+        calls = [_call(b) for b, kind in zip(content, kinds, strict=True) if kind in TOOL_USES]
+        thinking = [b.get("thinking") for b, kind in zip(content, kinds, strict=True) if kind == "thinking"]
+        rest = [b for b, kind in zip(content, kinds, strict=True) if kind not in THINKING_OR_TOOL_USES]
+        if rest:
+            message["content"] = _chat_content(rest)
+        if thinking:
+            message["reasoning_content"] = "\n".join(t for t in thinking if isinstance(t, str))
         if calls:
             message["tool_calls"] = calls
         messages.append(message)
@@ -104,25 +109,50 @@ def _read_message(
         return
     results = [
         b
-        for b in range(len(content))
-        if isinstance(block := content[b], dict)
-        and block.get("type") == "tool_result"
-        and isinstance(block.get("tool_use_id"), str)
+        for b, kind in enumerate(kinds)
+        if kind == "tool_result" and isinstance(content[b].get("tool_use_id"), str)
     ]
     if not results:
-        messages.append({"role": role, "content": content})
+        messages.append({"role": role, "content": _chat_content(content)})
         sources.append((Part(index),))
         return
     for b in results:
         block = content[b]
-        messages.append(
-            {"role": "tool", "tool_call_id": block["tool_use_id"], "content": block.get("content", "")}
-        )
+        result = _chat_content(block.get("content", ""))
+        messages.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": result})
         sources.append((Part(index, b),))
-    rest = [b for b in range(len(content)) if b not in results]
+    rest = [b for b in range(len(content)) if b not in set(results)]
     if rest:
-        messages.append({"role": role, "content": [content[b] for b in rest]})
+        messages.append({"role": role, "content": _chat_content([content[b] for b in rest])})
         sources.append(tuple(Part(index, b) for b in rest))
+
+
+def _chat_content(content: Any) -> Any:
+    """Content as Chat Completions writes it (what a chat template and `/tokenize` accept): text
+    blocks as text parts, images as image parts, anything else as its JSON text."""
+    if not isinstance(content, list):
+        return content if isinstance(content, str) or content is None else json_text(content)
+    parts: list[Any] = []
+    for block in content:
+        kind = str_field(block.get("type")) if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image" and isinstance(source := block.get("source"), dict):
+            url = source.get("url") or f"data:{source.get('media_type')};base64,{source.get('data')}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        else:
+            parts.append({"type": "text", "text": json_text(block)})
+    return parts
+
+
+def _chat_tool(tool: Any) -> Any:
+    """A client tool in Chat Completions' shape; a server tool (no schema) as it is."""
+    if not (isinstance(tool, dict) and isinstance(tool.get("name"), str) and "input_schema" in tool):
+        return tool
+    function = {"name": tool["name"], "parameters": tool["input_schema"]}
+    if isinstance(tool.get("description"), str):
+        function["description"] = tool["description"]
+    return {"type": "function", "function": function}
 
 
 def _call(block: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 from proxy.chat import Body, ChatPlan
 from proxy.errors import ProxyError, openai_error
 from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items, str_field
-from proxy.tokens import json_text
+from proxy.tokens import json_text, text_of
 
 NOTED_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 SERVER_COMPACTION = frozenset({"compaction", "compaction_summary"})
@@ -61,9 +61,8 @@ class Responses:
         else:
             raise ProxyError(400, "'input' must be a string or an array of input items.", param="input")
         request: Body = {"model": model or "", "messages": messages}
-        for key in ("tools", "tool_choice", "text"):
-            if body.get(key) is not None:
-                request[key] = body[key]
+        if isinstance(tools := body.get("tools"), list):
+            request["tools"] = [_chat_tool(tool) for tool in tools]
         if (reply := int_field(body.get("max_output_tokens"))) is not None:
             request["max_tokens"] = reply
         return Conversation(request, sources)
@@ -95,6 +94,8 @@ def _read_items(items: list[Any], messages: list[Message], sources: list[tuple[P
     def close_turn() -> None:
         nonlocal turn, turn_parts
         if turn is not None:
+            if not turn["content"]:
+                turn["content"] = None
             messages.append(turn)
             sources.append(tuple(turn_parts))
         turn, turn_parts = None, []
@@ -105,38 +106,81 @@ def _read_items(items: list[Any], messages: list[Message], sources: list[tuple[P
         kind, role, call_id = str_field(item.get("type")), str_field(item.get("role")), item.get("call_id")
         if kind in (None, "message") and role in USER_SIDE_ROLES:
             close_turn()
-            messages.append({"role": role, "content": item.get("content")})
+            messages.append({"role": role, "content": _chat_content(item.get("content"))})
             sources.append((Part(index),))
         elif kind is not None and kind.endswith("_output") and isinstance(call_id, str):
             close_turn()
             output = item.get("output")
-            # Results with no text to shorten are counted whole and never noted.
-            content = output if kind in NOTED_OUTPUTS else [{"type": kind, "output": output}]
+            # Results with no text to shorten (a screenshot, a shell's output objects) are never noted.
+            content = _chat_content(output) if kind in NOTED_OUTPUTS else [_unnoted(output)]
             messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
             sources.append((Part(index),))
         else:
             if turn is None:
                 turn = {"role": "assistant", "content": []}
             turn_parts.append(Part(index))
-            if isinstance(call_id, str):
-                arguments = item.get("arguments", item.get("input", ""))
-                name = item.get("name") or kind or "tool"
-                call = {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {
-                        "name": name,
-                        "arguments": arguments if isinstance(arguments, str) else json_text(arguments),
-                    },
-                }
-                turn.setdefault("tool_calls", []).append(call)
-            elif kind in (None, "message") and isinstance(content := item.get("content"), str):
-                turn["content"].append({"type": "output_text", "text": content})
-            elif kind in (None, "message") and isinstance(content, list):
-                turn["content"].extend(content)
-            else:  # reasoning, references, server-side tool calls: counted whole
-                turn["content"].append(item)
+            _add_to_turn(turn, item, kind, call_id)
     close_turn()
+
+
+def _add_to_turn(turn: Message, item: dict[str, Any], kind: str | None, call_id: Any) -> None:
+    """One item the model produced, in a neutral assistant message: calls as `tool_calls`,
+    reasoning as `reasoning_content`, text as text parts."""
+    if isinstance(call_id, str):
+        arguments = item.get("arguments")
+        if not isinstance(arguments, str):  # custom tools take free text, others an action: as JSON
+            arguments = json_text(item.get("input", item.get("action", {})))
+        name = str_field(item.get("name")) or kind or "tool"
+        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        turn.setdefault("tool_calls", []).append(call)
+    elif kind == "reasoning":
+        texts = [text_of(item.get("summary")), text_of(item.get("content"))]
+        turn["reasoning_content"] = "\n".join(filter(None, [turn.get("reasoning_content"), *texts]))
+    elif kind in (None, "message"):
+        content = _chat_content(item.get("content"))
+        turn["content"].extend(content if isinstance(content, list) else [{"type": "text", "text": content}])
+    else:  # references, server-side tool calls: counted whole
+        turn["content"].append(_as_text(item))
+
+
+def _chat_content(content: Any) -> Any:
+    """Content as Chat Completions writes it (what a chat template and `/tokenize` accept)."""
+    if not isinstance(content, list):
+        return content if isinstance(content, str) else json_text(content)
+    parts: list[Any] = []
+    for part in content:
+        kind = str_field(part.get("type")) if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.append({"type": "text", "text": part["refusal"]})
+        elif kind == "input_image":
+            parts.append(
+                {"type": "image_url", "image_url": {"url": part.get("image_url") or part.get("file_id")}}
+            )
+        else:
+            parts.append(_as_text(part))
+    return parts
+
+
+def _chat_tool(tool: Any) -> Any:
+    """A function tool in Chat Completions' shape; any other tool as it is."""
+    if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("name"), str)):
+        return tool
+    function = {k: v for k, v in tool.items() if k in ("name", "description", "parameters")}
+    return {"type": "function", "function": function}
+
+
+def _as_text(value: Any) -> dict[str, Any]:
+    return {"type": "text", "text": json_text(value)}
+
+
+def _unnoted(output: Any) -> dict[str, Any]:
+    """A result compaction must not note, as a part with no `text` (what notes shorten): a
+    screenshot as the image it is, anything else whole (counted as its JSON)."""
+    if isinstance(output, dict) and isinstance(url := output.get("image_url"), str):
+        return {"type": "image_url", "image_url": {"url": url}}
+    return {"type": "output", "output": output}
 
 
 def _with_note(item: dict[str, Any], blocks: set[int], notes: Mapping[int | None, Any]) -> dict[str, Any]:
