@@ -290,6 +290,22 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     async def native_passthrough(request: Request, path: str) -> Response:
         return await forward_as_is(request, raw_path(request), from_root=True)
 
+    @app.api_route(
+        "/openai/{path:path}",
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"],
+        include_in_schema=False,  # Azure OpenAI's other routes, forwarded as they are, like its chat
+    )
+    async def azure_passthrough(request: Request, path: str) -> Response:
+        return await forward_as_is(request, raw_path(request), from_root=True)
+
+    @app.api_route(
+        "/deployments/{path:path}",
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"],
+        include_in_schema=False,
+    )
+    async def deployment_passthrough(request: Request, path: str) -> Response:
+        return await forward_as_is(request, raw_path(request), from_root=False)
+
     async def forward_as_is(request: Request, path: str, *, from_root: bool) -> Response:
         content = await read_body(request, settings.max_body_bytes)
 
@@ -473,7 +489,7 @@ def route_of(path: str) -> str:
     matched = match_route(path)
     if matched is not None:
         return matched[0].format.name
-    if path.startswith(("/v1/", "/api/")):
+    if path.startswith(("/v1/", "/api/", "/openai/", "/deployments/")):
         return "passthrough"
     return {"/compact": "compact", "/healthz": "healthz", "/readyz": "readyz", "/metrics": "metrics"}.get(
         path, "other"

@@ -359,3 +359,24 @@ def test_no_body_of_any_shape_makes_a_server_error(
         assert isinstance(error["message"], str) and error["message"]
         if path == "/v1/messages":
             assert payload["type"] == "error"
+
+
+@pytest.mark.parametrize(
+    ("path", "upstream_url"),
+    [
+        (
+            "/openai/deployments/d/embeddings?api-version=1",
+            "http://upstream.test/openai/deployments/d/embeddings?api-version=1",
+        ),
+        (
+            "/deployments/d/embeddings?api-version=1",
+            "http://upstream.test/v1/deployments/d/embeddings?api-version=1",
+        ),
+    ],
+)
+async def test_azures_other_routes_are_forwarded_as_they_are(path: str, upstream_url: str) -> None:
+    upstream = RecordingUpstream(respond=lambda request: httpx.Response(200, json={"data": []}))
+    async with proxy_client(upstream) as client:
+        response = await client.post(path, content=b'{"input": "hi"}')
+    assert response.status_code == 200
+    assert str(upstream.last.url) == upstream_url and upstream.last.content == b'{"input": "hi"}'

@@ -1,9 +1,11 @@
 """The seam between the engine and the wire formats: what an adapter must do, and the write-back
 every adapter shares.
 
-The engine (`proxy.compaction`) works on the neutral conversation: a Chat-Completions-shaped request
-whose `messages` have a `role` (`system`/`developer` leading, `user`, `assistant`, `tool`), text or
-parts `content`, assistant `tool_calls` with ids and tool results with `tool_call_id`. An adapter
+The engine (`proxy.compaction`) works on the neutral conversation: a Chat Completions request whose
+`messages` have a `role` (`system`/`developer` leading, `user`, `assistant`, `tool`), text or parts
+`content`, assistant `tool_calls` with ids and tool results with `tool_call_id`. Adapters write it
+as a chat template takes it (text and image parts, `reasoning_content`, function tools), so the
+upstream's own count (`/apply-template`, `/tokenize`) works for every format. An adapter
 reads its wire format into that form (`read`), remembering which original item(s) each neutral
 message stands for (`Part`s), and applies the engine's decisions back onto the ORIGINAL body
 (`write`): a noted tool result gets the note as its content, dropped items are removed and a marker
