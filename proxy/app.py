@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy import __version__
 from proxy.cache import SummaryCache
 from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_object
+from proxy.encoding import decode_body
 from proxy.errors import ProxyError, error_response
 from proxy.formats import FORMATS, ROUTES, Conversation, Route, WireFormat, format_for_path, match_route
 from proxy.logs import request_id
@@ -169,7 +170,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     async def dry_run(request: Request) -> Response:
         """Compact a request without calling the upstream: the body of a chat request, or of another
         format named by a `format` field (`responses`, `messages`, `ollama`, `azure`)."""
-        body = parse_json_object(await read_body(request, settings.max_body_bytes))
+        body = parse_json_object(await read_json_body(request, settings.max_body_bytes))
         named = body.get("format")
         if isinstance(named, str) and named in FORMATS:
             body = {k: v for k, v in body.items() if k != "format"}
@@ -182,7 +183,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         matched = match_route("/" + path)
         if matched is None:
             raise ProxyError(404, f"No compacted route /{path}.", code="not_found")
-        body = parse_json_object(await read_body(request, settings.max_body_bytes))
+        body = parse_json_object(await read_json_body(request, settings.max_body_bytes))
         return await compact_report(request, matched[0].format, body, matched[1])
 
     async def compact_report(
@@ -215,7 +216,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
 
     async def compact_and_forward(request: Request, route: Route) -> Response:
         """Read the request into the neutral conversation, compact it, forward it, relay the answer."""
-        raw = await read_body(request, settings.max_body_bytes)
+        raw = await read_json_body(request, settings.max_body_bytes)
         body = parse_json_object(raw)
         wire = route.format
         path = route.upstream or raw_path(request)
@@ -347,6 +348,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         upstream: Upstream = request.app.state.upstream
         check_path(path)
         headers = upstream_headers(request)
+        if route != "passthrough":  # a compacted route's body is read decoded, and sent so
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-encoding"]
         if b"x-request-id" not in {k.lower() for k, _ in headers}:
             headers.append((b"x-request-id", request_id.get().encode()))
         url = upstream.url(path, request.scope.get("query_string", b""), from_root=from_root)
@@ -534,6 +537,13 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise _too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def read_json_body(request: Request, limit: int) -> bytes:
+    """A body compaction must read: decoded when it was sent compressed."""
+    raw = await read_body(request, limit)
+    encoding = request.headers.get("content-encoding")
+    return decode_body(raw, encoding, limit) if encoding else raw
 
 
 def _too_large(limit: int) -> ProxyError:

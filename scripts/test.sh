@@ -13,12 +13,12 @@ fi
 
 MARKERS=()
 if [ "${FAST:-0}" = "1" ]; then
-    MARKERS=(-m "not llama and not redis and not slow")
+    MARKERS=(-m "not llama and not redis and not slow and not bench")
 else
-    if ! command -v redis-server >/dev/null 2>&1; then
-        echo "installing redis-server (Debian) for the shared-cache tests" >&2
+    if ! command -v redis-server >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
+        echo "installing redis-server and wrk (Debian) for the shared-cache tests and the benchmarks" >&2
         SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
-        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server >/dev/null
+        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server wrk >/dev/null
     fi
     .venv/bin/python scripts/llama_server.py build
 fi
