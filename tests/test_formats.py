@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gzip
 import json
 from typing import Any
 
@@ -380,3 +381,22 @@ async def test_azures_other_routes_are_forwarded_as_they_are(path: str, upstream
         response = await client.post(path, content=b'{"input": "hi"}')
     assert response.status_code == 200
     assert str(upstream.last.url) == upstream_url and upstream.last.content == b'{"input": "hi"}'
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/messages"])
+async def test_a_gzipped_history_in_any_format_is_decoded_compacted_and_sent_plain(path: str) -> None:
+    chat = tool_chat_for_app()
+    if path == "/v1/responses":
+        instructions, items = as_responses(chat)
+        body: dict[str, Any] = {"model": "m", "instructions": instructions, "input": items}
+    else:
+        system, messages = as_anthropic(chat)
+        body = {"model": "m", "max_tokens": 50, "system": system, "messages": messages}
+    upstream = RecordingUpstream(respond=lambda request: anthropic_answer(10))
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+    async with proxy_client(upstream, window=4000) as client:
+        response = await client.post(path, content=gzip.compress(json.dumps(body).encode()), headers=headers)
+    assert response.status_code == 200 and "x-compaction-tokens-after" in response.headers
+    assert "content-encoding" not in upstream.last.headers
+    sent = upstream.last_json()
+    assert len(json.dumps(sent)) < len(json.dumps(body))
