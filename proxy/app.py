@@ -16,7 +16,7 @@ import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -233,7 +233,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         if plan.result.overflow:
             metrics.overflows.labels(settings.overflow).inc()
             if settings.overflow == "reject":
-                raise context_length_error(plan)
+                field = wire.reply_field or plan.reply_field
+                raise context_length_error(replace(plan, reply_field=field))
         if plan.result.changed:
             log.info(plan.summary())
         if settings.log_bodies:

@@ -400,3 +400,11 @@ async def test_a_gzipped_history_in_any_format_is_decoded_compacted_and_sent_pla
     assert "content-encoding" not in upstream.last.headers
     sent = upstream.last_json()
     assert len(json.dumps(sent)) < len(json.dumps(body))
+
+
+async def test_a_rejected_responses_request_names_its_own_reply_field() -> None:
+    body = {"model": "m", "input": [{"role": "user", "content": "x" * 20_000}], "max_output_tokens": 900}
+    async with proxy_client(RecordingUpstream(), window=2000, overflow="reject") as client:
+        response = await client.post("/v1/responses", json=body)
+    assert response.status_code == 400
+    assert "max_output_tokens=900" in response.json()["error"]["message"]

@@ -32,6 +32,7 @@ USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_t
 
 class AnthropicMessages:
     name = "messages"
+    reply_field = "max_tokens"
 
     def read(self, body: Body, params: Mapping[str, str]) -> Conversation | None:
         if body.get("context_management") is not None:

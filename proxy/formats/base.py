@@ -51,6 +51,11 @@ class WireFormat(Protocol):
 
     name: str  # its metrics label and `/compact` name
 
+    @property
+    def reply_field(self) -> str | None:
+        """Where the request names its reply limit, for errors (None: as Chat Completions does)."""
+        ...
+
     def read(self, body: Body, params: Mapping[str, str]) -> Conversation | None:
         """The neutral conversation of a request (`params`: the route's path parameters), or None
         when the request must be left alone (the server keeps or compacts the history itself).

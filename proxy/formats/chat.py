@@ -17,6 +17,7 @@ from proxy.formats.base import Conversation
 
 class ChatCompletions:
     name = "chat"
+    reply_field = None  # the neutral request's own
 
     def __init__(self, *, model_param: str | None = None, name: str = "chat") -> None:
         self.model_param = model_param  # the path parameter that names the model (Azure's deployment)

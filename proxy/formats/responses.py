@@ -9,7 +9,7 @@ others, screenshots or shell output objects, have no plain text to shorten).
 
 Left alone: a request that continues a stored response (`previous_response_id`: the history is on
 the server), or that asks the server to compact (`context_management`, or a `compaction` item).
-Shapes follow the openai-python 2.x `ResponseCreateParams` types and llama.cpp's
+Shapes follow the openai-python 3.x `ResponseCreateParams` types and llama.cpp's
 `server_chat_convert_responses_to_chatcmpl` (which accepts an assistant item only with
 `"type": "message"`, hence the markers' shape).
 """
@@ -33,6 +33,7 @@ _INPUT_TOKENS = re.compile(rb'"input_tokens"\s*:\s*(\d+)')
 
 class Responses:
     name = "responses"
+    reply_field = "max_output_tokens"
 
     def read(self, body: Body, params: Mapping[str, str]) -> Conversation | None:
         if body.get("previous_response_id") is not None or body.get("context_management") is not None:
