@@ -122,7 +122,8 @@ def _read_message(
         result = _chat_content(block.get("content", ""))
         messages.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": result})
         sources.append((Part(index, b),))
-    rest = [b for b in range(len(content)) if b not in set(results)]
+    answered = set(results)
+    rest = [b for b in range(len(content)) if b not in answered]
     if rest:
         messages.append({"role": role, "content": _chat_content([content[b] for b in rest])})
         sources.append(tuple(Part(index, b) for b in rest))
