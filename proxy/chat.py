@@ -124,15 +124,6 @@ class ChatPlan:
     reply_field: str = "max_tokens"
     summarized: int = 0  # dropped runs replaced by a summary (level 3)
 
-    def body_bytes(self, raw: bytes, body: Body) -> bytes:
-        """What to forward: the original bytes when nothing changed, else the body with new messages."""
-        if not self.result.changed and self.max_tokens is None:
-            return raw
-        changed = {**body, "messages": self.result.messages}
-        if self.max_tokens is not None:
-            changed[_reply_field(body)] = self.max_tokens
-        return dump_json(changed)
-
     def headers(self) -> dict[str, str]:
         """`x-compaction-*` response headers, on compacted requests only."""
         result = self.result
