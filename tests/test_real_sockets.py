@@ -22,6 +22,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from email.utils import parsedate_to_datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,8 @@ def test_long_chats_with_the_node_sdk(upstream: FaultyUpstream, proxy: ProxyServ
         assert result["status"] == 200
         streamed = tag.startswith("node-True")
         assert result["content"] == ("".join(f"{tag}:{i} " for i in range(3)) if streamed else f"ok {tag}")
+        assert result["server"] == "faulty/1.0"  # the upstream's, once
+        assert result["date"].count(",") == 1 and parsedate_to_datetime(result["date"])
         before = next(r["body"] for r in requests if r["tag"] == tag)
         check_forwarded(size, result["sentSha256"], before, received(upstream, tag), result["headers"])
 

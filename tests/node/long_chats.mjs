@@ -5,8 +5,9 @@
 //
 // REQUESTS.json: [{"tag": "...", "body": {chat completion params}}, ...]; each request carries
 // `x-fault: ok; tag=TAG` so the test finds what the upstream received. Prints one JSON array:
-// [{"tag", "status", "sentSha256", "content", "headers"}] (headers: the x-compaction-* ones), or
-// {"tag", "error"} for a request that failed.
+// [{"tag", "status", "sentSha256", "content", "headers", "date", "server"}] (headers: the
+// x-compaction-* ones; fetch joins repeated headers with ", ", so date and server show whether one
+// came), or {"tag", "error"} for a request that failed.
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import OpenAI from "openai";
@@ -43,7 +44,8 @@ for (const { tag, body } of requests) {
       [...response.headers.entries()].filter(([name]) => name.startsWith("x-compaction-")),
     );
     const sentSha256 = createHash("sha256").update(lastBody).digest("hex");
-    results.push({ tag, status: response.status, sentSha256, content, headers });
+    const [date, server] = [response.headers.get("date"), response.headers.get("server")];
+    results.push({ tag, status: response.status, sentSha256, content, headers, date, server });
   } catch (error) {
     results.push({ tag, error: `${error.status ?? ""} ${error.message}` });
   }
