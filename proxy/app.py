@@ -18,6 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from email.utils import formatdate
 from typing import Any
 
 import httpx
@@ -460,8 +461,12 @@ class RequestContext:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 sent = list(message.get("headers", []))
-                if not any(name.lower() == b"x-request-id" for name, _ in sent):  # the upstream's own wins
-                    message["headers"] = [*sent, (b"x-request-id", rid.encode())]
+                names = {name.lower() for name, _ in sent}
+                if b"x-request-id" not in names:  # the upstream's own wins
+                    sent.append((b"x-request-id", rid.encode()))
+                if b"date" not in names:  # RFC 9110 6.6.1: the upstream's own, or the proxy's clock
+                    sent.append((b"date", formatdate(usegmt=True).encode()))
+                message["headers"] = sent
             await send(message)
 
         try:

@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         "timeout_graceful_shutdown": args.timeout_graceful_shutdown,
         "factory": True,
         "http": "proxy.protocol:LimitedHttpToolsProtocol",
+        # Forwarded answers carry the upstream's own Date and Server; the app adds a Date only to a
+        # response that has none (its own answers, or an upstream's without one).
+        "server_header": False,
+        "date_header": False,
     }
     if args.forwarded_allow_ips:
         options["forwarded_allow_ips"] = args.forwarded_allow_ips

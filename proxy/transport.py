@@ -5,9 +5,11 @@ slow: httpcore's pool loop costs more per request than the rest of the stack, an
 with concurrency. `httpx-aiohttp` keeps the httpx types (requests, responses, exceptions, and the
 `MockTransport` seam tests use) on aiohttp's pool, 2.7-3.6x the throughput at 16 clients. Two
 things are fixed here: its exception mapping (a refused connection or a server that hung up came out
-as `ConnectTimeout`, a garbage status line as a bare aiohttp error), and the headers aiohttp would
-add on its own (`User-Agent`, `Accept`, `Accept-Encoding`, `Content-Type`), since a transparent
-proxy sends only what the client sent.
+as `ConnectTimeout`, a garbage status line as a bare aiohttp error), and the headers: aiohttp would
+add its own (`User-Agent`, `Accept`, `Accept-Encoding`, `Content-Type`), join repeated ones with
+", " (it is handed httpx's merged mapping), and keep a session cookie jar that would replay one
+client's `Set-Cookie` to the upstream with every later request and rewrite the `Cookie` header.
+A transparent proxy sends what the client sent: each header once per line it came on, no more.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from contextlib import contextmanager
 import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import AiohttpResponseStream
 
 # First match wins, most specific first, with the meanings httpcore gives these exceptions.
 REMAP: tuple[tuple[type[BaseException], type[httpx.TransportError]], ...] = (
@@ -82,11 +85,36 @@ class UpstreamTransport(AiohttpTransport):
         connector = aiohttp.TCPConnector(
             limit=self.limits.max_connections or 0, keepalive_timeout=self.limits.keepalive_expiry
         )
-        return aiohttp.ClientSession(connector=connector, skip_auto_headers=AUTO_HEADERS, trust_env=False)
+        return aiohttp.ClientSession(
+            connector=connector,
+            skip_auto_headers=AUTO_HEADERS,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+        )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not isinstance(self.client, aiohttp.ClientSession):
+            self.client = self.get_client()
+        timeout = request.extensions.get("timeout", {})
         with remapped_errors():
-            response = await super().handle_async_request(request)
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        response.stream = _RemappedStream(response.stream)
-        return response
+            response = await self.client.request(
+                request.method,
+                str(request.url),
+                headers=request.headers.multi_items(),  # a list: repeated headers stay apart
+                data=request.content or None,
+                allow_redirects=False,
+                auto_decompress=False,
+                compress=False,
+                timeout=aiohttp.ClientTimeout(
+                    sock_connect=timeout.get("connect"),
+                    sock_read=timeout.get("read"),
+                    connect=timeout.get("pool"),
+                ),
+            ).__aenter__()
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.raw_headers,
+            stream=_RemappedStream(AiohttpResponseStream(response)),
+            request=request,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": (response.reason or "").encode()},
+        )

@@ -25,7 +25,8 @@ RawHeaders = Sequence[tuple[bytes, bytes]]
 URL_CACHE_SIZE = 256
 TAIL_BYTES = 4096  # enough for the final chunk of a stream, where the usage report is
 
-# Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those httpx recomputes.
+# Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those recomputed for the
+# body actually sent (a streamed response puts the upstream's content-length back: its body is the same).
 HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -139,9 +140,9 @@ class Upstream:
 
 
 def response_headers(
-    response: httpx.Response, extra: dict[str, str] | None = None
+    response: httpx.Response, extra: dict[str, str] | None = None, *, dropped: frozenset[bytes] = HOP_BY_HOP
 ) -> list[tuple[bytes, bytes]]:
-    headers = [(name, value) for name, value in response.headers.raw if name.lower() not in HOP_BY_HOP]
+    headers = [(name, value) for name, value in response.headers.raw if name.lower() not in dropped]
     headers.extend((name.encode(), value.encode()) for name, value in (extra or {}).items())
     return headers
 
@@ -168,8 +169,15 @@ async def read_raw(response: httpx.Response) -> bytes:
 
 
 def buffered_response(response: httpx.Response, body: bytes, extra: dict[str, str] | None = None) -> Response:
+    """The upstream's answer with `body`, its headers in their order, its length the body's."""
+    length = str(len(body)).encode()
+    headers = response_headers(response, extra, dropped=HOP_BY_HOP - {b"content-length"})
+    if not any(name.lower() == b"content-length" for name, _ in headers):
+        headers.append((b"content-length", length))
     forwarded = Response(body, status_code=response.status_code)
-    forwarded.raw_headers = [*response_headers(response, extra), (b"content-length", str(len(body)).encode())]
+    forwarded.raw_headers = [
+        (name, length if name.lower() == b"content-length" else value) for name, value in headers
+    ]
     return forwarded
 
 
@@ -187,12 +195,20 @@ class StreamedResponse(StreamingResponse):
         metrics: Metrics | None = None,
     ) -> None:
         super().__init__(self._relay(response), status_code=response.status_code)
-        self.raw_headers = response_headers(response, extra)
+        # The body goes on exactly as it came, so the upstream's length stays true (also for HEAD,
+        # which has no body). uvicorn would wait for the body a 204 or 304 never has.
+        length = response.headers.get("content-length")
+        keep_length = length is not None and response.status_code not in (204, 304)
+        dropped = HOP_BY_HOP - {b"content-length"} if keep_length else HOP_BY_HOP
+        self.raw_headers = response_headers(response, extra, dropped=dropped)
         self.upstream = response
         self.on_complete = on_complete if response.is_success else None
         self.metrics = metrics
-        # An error event can be added to a plain SSE stream only, not to a compressed one.
-        self.is_sse = is_event_stream(response) and "content-encoding" not in response.headers
+        # An error event can be added to a plain SSE stream only: not to a compressed one, nor past
+        # a length already announced.
+        self.is_sse = (
+            is_event_stream(response) and "content-encoding" not in response.headers and length is None
+        )
 
     async def _relay(self, response: httpx.Response) -> AsyncIterator[bytes]:
         tail = b""

@@ -28,9 +28,6 @@ GOAL = 50_000  # tokens of history, by the fake's own count
 OLLAMA_MAX_NUM_CTX = 32768  # the proxy's default cap on the window it asks Ollama for
 
 Message = dict[str, Any]
-# Issue 13: a request whose head and body arrive in one read is refused with 431 when the body is
-# over COMPACT_MAX_HEADER_BYTES. Not a window setting; drop this once that is fixed.
-UNTIL_ISSUE_13 = {"max_header_bytes": str(64 * 1024 * 1024)}
 
 
 @pytest.fixture
@@ -124,7 +121,7 @@ def compacted_window(proxy: ProxyServer, messages: list[Message]) -> int:
 def test_openai_chat_to_50k_tokens_is_never_cut_by_ollama(
     fake: FakeOllama, stream: bool, tools: bool
 ) -> None:
-    with running_proxy(f"{fake.base_url}/v1", None, **UNTIL_ISSUE_13) as proxy:  # no window settings
+    with running_proxy(f"{fake.base_url}/v1", None) as proxy:  # no window settings
         messages, headers = grow_openai_chat(proxy, stream=stream, tools=tools)
         window = compacted_window(proxy, messages)
     assert fake.truncations == [], "Ollama never cut a prompt"
@@ -146,7 +143,7 @@ def test_ollama_client_chat_to_50k_tokens_is_never_cut(fake: FakeOllama, stream:
     """The native API keeps the client's own choice (no `num_ctx` here: Ollama's default, 4,096), and
     the proxy compacts for the window Ollama really runs the model at."""
     rng = random.Random(1)
-    with running_proxy(f"{fake.base_url}/v1", None, **UNTIL_ISSUE_13) as proxy:
+    with running_proxy(f"{fake.base_url}/v1", None) as proxy:
         client = ollama.Client(host=proxy.base_url)
         messages = opening()
         while prompt_size(messages, TOOLS) < GOAL:
@@ -191,7 +188,7 @@ def test_a_silent_cut_is_caught_and_learned_from(fake: FakeOllama) -> None:
     for _ in range(12):
         messages += [{"role": "user", "content": prose(rng, 60)}, {"role": "assistant", "content": "Noted."}]
     messages.append({"role": "user", "content": "So what do you suggest?"})
-    settings = {"upstream_kind": "openai", **UNTIL_ISSUE_13}
+    settings = {"upstream_kind": "openai"}
     with running_proxy(f"{fake.base_url}/v1", 16384, **settings) as proxy:
         client = OpenAI(base_url=f"{proxy.base_url}/v1", api_key="unused", max_retries=0)
         flags = []

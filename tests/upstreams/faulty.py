@@ -14,6 +14,11 @@ clients that cannot set headers); the proxy forwards both unchanged::
     x-fault: close                              close without answering (an empty reply)
     x-fault: garbage                            bytes that are not HTTP, then close
     x-fault: bad-status                         an invalid status line, then close
+    x-fault: ok; cookies=2                      also two Set-Cookie headers, as api.openai.com sends
+
+Every answer carries a `Date` and a `Server` header, as real servers' do, and a `HEAD` request gets
+the head of the `GET` answer (its `Content-Length`, no body). Each request's header lines are kept
+in order, repeated ones apart (`RequestRecord.raw_headers`).
 
 A refused connection needs no mode: point the proxy at a closed port (`closed_port()`).
 
@@ -44,6 +49,7 @@ import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from email.utils import formatdate
 
 import orjson
 
@@ -67,6 +73,7 @@ class Fault:
     tag: str = ""
     hold: float = DEFAULT_HOLD_S
     stream: bool | None = None  # force SSE (or JSON); None: as the request body asks
+    cookies: int = 0  # Set-Cookie headers on the answer
 
     @classmethod
     def parse(cls, spec: str) -> Fault:
@@ -86,6 +93,7 @@ class Fault:
             tag=values.get("tag", ""),
             hold=float(values.get("hold", DEFAULT_HOLD_S)),
             stream=None if stream is None else stream in ("1", "true", "yes"),
+            cookies=int(values.get("cookies", 0)),
         )
 
 
@@ -142,6 +150,7 @@ class RequestRecord:
     headers: dict[str, str]
     body: bytes
     fault: Fault
+    raw_headers: list[tuple[str, str]] = field(default_factory=list)  # as they came, repeats apart
 
 
 @dataclass
@@ -174,6 +183,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
         self.record = ConnectionRecord(next(server.ids), time.monotonic())
+        self.answer = Answer()
 
     # asyncio callbacks -------------------------------------------------------------------------
 
@@ -253,10 +263,10 @@ class _Connection(asyncio.Protocol):
         del self.buffer[: end + 4]
         request_line, *lines = head.split("\r\n")
         method, target, _ = ([*request_line.split(" ", 2), "", ""])[:3]
-        headers: dict[str, str] = {}
-        for line in lines:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
+        raw_headers = [
+            (name.strip(), value.strip()) for name, _, value in (line.partition(":") for line in lines)
+        ]
+        headers = {name.lower(): value for name, value in raw_headers}
         length = int(headers.get("content-length", "0") or 0)
         if length > MAX_BODY_BYTES:
             return None
@@ -269,7 +279,7 @@ class _Connection(asyncio.Protocol):
         del self.buffer[:length]
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query)
         spec = headers.get("x-fault") or (query.get("fault") or ["ok"])[0]
-        return RequestRecord(method, target, headers, body, Fault.parse(spec))
+        return RequestRecord(method, target, headers, body, Fault.parse(spec), raw_headers)
 
     async def write(self, data: bytes) -> None:
         assert self.transport
@@ -286,6 +296,7 @@ class _Connection(asyncio.Protocol):
     async def respond(self, request: RequestRecord) -> bool:
         """Answer one request; False when the connection must not be reused."""
         fault = request.fault
+        self.answer = Answer(request.method == "HEAD", fault.cookies)
         path = urllib.parse.urlsplit(request.target).path
         keep_alive = request.headers.get("connection", "").lower() != "close"
         if path == "/_faulty/stats":
@@ -322,11 +333,11 @@ class _Connection(asyncio.Protocol):
 
     async def send_json(self, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
         headers = {"content-type": "application/json", "content-length": str(len(body)), **(extra or {})}
-        await self.write(_head(status, headers) + body)
+        await self.write(self.answer.head(status, headers) + (b"" if self.answer.head_only else body))
 
     async def stream(self, fault: Fault) -> bool:
         headers = {"content-type": "text/event-stream", "cache-control": "no-cache"}
-        await self.write(_head(200, {**headers, "transfer-encoding": "chunked"}))
+        await self.write(self.answer.head(200, {**headers, "transfer-encoding": "chunked"}))
         for i, event in enumerate(sse_events(fault.chunks, fault.tag)):
             if i == fault.after and fault.mode in ("stall", "reset", "close"):
                 if fault.mode == "stall":
@@ -341,10 +352,19 @@ class _Connection(asyncio.Protocol):
         return True
 
 
-def _head(status: int, headers: dict[str, str]) -> bytes:
-    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+@dataclass(frozen=True)
+class Answer:
+    """How the current request is answered: head only (HEAD), and with how many cookies."""
+
+    head_only: bool = False
+    cookies: int = 0
+
+    def head(self, status: int, headers: dict[str, str]) -> bytes:
+        lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}"]
+        lines += [f"Date: {formatdate(usegmt=True)}", "Server: faulty/1.0"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines += [f"Set-Cookie: c{i}=v{i}; Path=/; HttpOnly" for i in range(self.cookies)]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 429: "Too Many Requests", 500: "Internal Server Error"}

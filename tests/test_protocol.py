@@ -1,0 +1,123 @@
+"""The head limit of `proxy.protocol`, read by read: the real uvicorn protocol fed exactly the reads
+a socket could deliver (every way of cutting the same bytes), with an app that echoes body sizes.
+
+How a client's bytes are cut into reads is up to the network and the scheduler; these cuts decide
+whether a limit that counts the wrong bytes refuses a request. The socket-level tests
+(tests/test_real_sockets.py) check the same through the real process, with real clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from proxy.protocol import LimitedHttpToolsProtocol
+
+LIMIT = 1024
+
+
+async def echo_size(scope: Any, receive: Any, send: Any) -> None:
+    """Answers 200 with the size of the body it read."""
+    size, more = 0, True
+    while more:
+        message = await receive()
+        size += len(message.get("body", b""))
+        more = message.get("more_body", False)
+    answer = str(size).encode()
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(answer))]}
+    )
+    await send({"type": "http.response.body", "body": answer})
+
+
+class RecordingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closing = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closing = True
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def serve(reads: list[bytes], answers: int) -> bytes:
+    """What the protocol wrote back after `reads`, once `answers` responses are out (or it closed)."""
+    config = Config(app=echo_size, lifespan="off", access_log=False, log_level="warning")
+    config.load()
+    protocol = LimitedHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    protocol.max_header_bytes = LIMIT
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    for read in reads:
+        if transport.closing:
+            break
+        protocol.data_received(read)
+        await asyncio.sleep(0)
+    for _ in range(1000):
+        if transport.closing or transport.written.count(b"HTTP/1.1 ") >= answers:
+            break
+        await asyncio.sleep(0)
+    protocol.connection_lost(None)
+    return bytes(transport.written)
+
+
+def post(body_size: int, head_fill: int = 0) -> bytes:
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
+    head += b"X-Fill: " + b"f" * head_fill + b"\r\n" if head_fill else b""
+    return head + b"Content-Length: %d\r\n\r\n" % body_size + b"x" * body_size
+
+
+def cuts(data: bytes, every: int) -> list[Any]:
+    """`data` as two reads cut at every `every`-th byte, and as reads of a few fixed sizes."""
+    splits = [pytest.param([data[:i], data[i:]], id=f"cut-at-{i}") for i in range(1, len(data), every)]
+    sized = [
+        pytest.param([data[i : i + size] for i in range(0, len(data), size)], id=f"reads-of-{size}")
+        for size in (1, 7, 100, 1000, len(data))
+    ]
+    return [*splits, *sized]
+
+
+# Three pipelined requests, the bodies far over the limit, the heads under it.
+PIPELINED = post(5 * LIMIT) + post(3 * LIMIT, head_fill=LIMIT // 2) + post(0)
+
+
+@pytest.mark.parametrize("reads", cuts(PIPELINED, 97))
+async def test_bodies_are_never_counted_as_head(reads: list[bytes]) -> None:
+    written = await serve(reads, answers=3)
+    assert b"431" not in written
+    assert written.count(b"HTTP/1.1 200") == 3
+    assert written.endswith(b"\r\n\r\n0")  # each answered with its own body size, the last one empty
+
+
+@pytest.mark.parametrize("reads", cuts(post(10, head_fill=2 * LIMIT), 211))
+async def test_a_head_over_the_limit_gets_431_however_it_arrives(reads: list[bytes]) -> None:
+    written = await serve(reads, answers=1)
+    assert written.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+    assert b"HTTP/1.1 200" not in written
+
+
+async def test_a_head_just_under_the_limit_passes_in_one_read_or_many() -> None:
+    request = post(LIMIT, head_fill=LIMIT - 200)
+    head = request[: request.index(b"\r\n\r\n") + 4]
+    assert len(head) <= LIMIT
+    for reads in ([request], [request[i : i + 10] for i in range(0, len(request), 10)]):
+        assert (await serve(reads, answers=1)).startswith(b"HTTP/1.1 200")
