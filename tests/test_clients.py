@@ -2,11 +2,10 @@
 against the real `compacting-proxy` process and a recording upstream, with the pattern's long
 bike-shop chat (`tests.conversations.bike_shop_chat`).
 
-Each chat is sent once straight to the upstream (which rejects it as over its window, and records
-exactly what the client sends) and once through the proxy: the client gets the answer, the upstream
-receives a compacted version of what the client sent (system prompt and last request kept, tool
-results noted or runs dropped, fewer tokens), and the `x-compaction-*` headers are read the way the
-row says. The Node `openai` SDK and the Vercel AI SDK have their own tests (tests/node/,
+Each chat is sent once straight to the upstream (which records exactly what the client sends) and
+once through the proxy: the client gets the answer, the upstream receives a compacted version of
+what the client sent (system prompt and last request kept, the old tool result replaced by a note,
+fewer tokens), and the `x-compaction-*` headers are read the way the row says. The Node `openai` SDK and the Vercel AI SDK have their own tests (tests/node/,
 tests/test_vercel_ai.py); LiteLLM is not installed here (see the README).
 """
 
@@ -40,7 +39,7 @@ Message = dict[str, Any]
 
 @pytest.fixture
 def chat() -> list[Message]:
-    return bike_shop_chat(items=120)  # about 5,100 tokens; the window is 4,000
+    return bike_shop_chat(items=80)  # over the line of the model's 4,000-token window by the proxy's count
 
 
 def received(upstream: str, path: str) -> list[Message]:
@@ -56,7 +55,7 @@ def check_chat_compacted(sent: list[Message], got: list[Message]) -> None:
     assert len(json.dumps(got)) < 0.75 * len(json.dumps(sent)), "fewer tokens"
     notes = [m for m in got if m.get("role") == "tool" and m["content"].startswith(NOTE_PREFIX)]
     markers = [m for m in got if str(m.get("content")).startswith(DROPPED_PREFIX)]
-    assert notes or markers, "tool results noted or a run dropped"
+    assert notes or markers, "a tool result noted or a run dropped"
     at = 0
     for message in got:
         if message in markers:
@@ -81,7 +80,8 @@ def check_headers(headers: Any) -> None:
     """The `x-compaction-*` headers, as the client let us read them."""
     lower = {k.lower(): v for k, v in dict(headers).items()}
     assert int(lower["x-compaction-tokens-after"]) < int(lower["x-compaction-tokens-before"])
-    assert int(lower.get("x-compaction-truncated", 0)) + int(lower.get("x-compaction-dropped", 0)) > 0
+    assert (lower["x-compaction-truncated"], lower["x-compaction-dropped"]) == ("1", "0")
+    assert "x-compaction-overflow" not in lower, "it fits"
 
 
 # --- the openai SDK ------------------------------------------------------------------------------
@@ -92,8 +92,7 @@ def test_openai_sdk(upstream: str, proxy: str, fresh_record: None, chat: list[Me
     def client(base: str) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
 
-    with pytest.raises(openai.BadRequestError):
-        client(upstream).chat.completions.create(model=MODEL, messages=chat)  # type: ignore[arg-type]
+    client(upstream).chat.completions.create(model=MODEL, messages=chat)  # type: ignore[arg-type]
     raw = client(proxy).chat.completions.with_raw_response.create(
         model=MODEL,
         messages=chat,  # type: ignore[arg-type]
@@ -134,8 +133,7 @@ def test_langchain_chat_openai(
         )
 
     history = convert_to_messages(chat)
-    with pytest.raises(openai.BadRequestError):
-        model(upstream).invoke(history)
+    model(upstream).invoke(history)
     if stream:
         chunks = list(model(proxy).stream(history))
         headers = chunks[0].response_metadata["headers"]
@@ -197,7 +195,6 @@ def pydantic_ai_history(chat: list[Message]) -> list[Any]:
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_pydantic_ai(upstream: str, proxy: str, fresh_record: None, chat: list[Message], api: str) -> None:
     from pydantic_ai.direct import model_request_sync
-    from pydantic_ai.exceptions import ModelHTTPError
     from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
@@ -213,8 +210,7 @@ def test_pydantic_ai(upstream: str, proxy: str, fresh_record: None, chat: list[M
         return kind(MODEL, provider=provider)
 
     history = pydantic_ai_history(chat)
-    with pytest.raises(ModelHTTPError):
-        model_request_sync(model(upstream), history)
+    model_request_sync(model(upstream), history)
     headers.clear()
     reply = model_request_sync(model(proxy), history)
     assert reply.text == REPLY
