@@ -125,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chars", type=int, default=500_000, help="size of each timing input")
     parser.add_argument("--output", type=Path, default=Path(__file__).with_name("ESTIMATOR.md"))
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--quick", action="store_true", help="50,000-character timing inputs; print only")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.chars, args.no_write = 50_000, True
     try:
         counters = {name: load_text_counter(spec) for name, spec in COUNTERS.items()}
     except RuntimeError as exc:

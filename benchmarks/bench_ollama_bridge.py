@@ -1,6 +1,6 @@
 """What sending an OpenAI chat to Ollama's native `/api/chat` costs, against forwarding it to `/v1`.
 
-``python benchmarks/bench_ollama_bridge.py [--requests N]``
+``python benchmarks/bench_ollama_bridge.py [--quick] [--requests N]``
 
 The fake Ollama of the tests (``tests/upstreams/ollama.py``) runs in its own process; two real
 ``compacting-proxy`` processes stand in front of it, one finding it is Ollama (the bridge: translate
@@ -45,8 +45,10 @@ uvicorn.run(FakeOllama().app(), host="127.0.0.1", port={port}, log_level="warnin
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=1500)
+    parser.add_argument("--requests", type=int, help="default 1500 (200 with --quick)")
+    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    args.requests = args.requests or (200 if args.quick else 1500)
     port = free_port()
     root = str(Path(__file__).resolve().parent.parent)
     fake = subprocess.Popen([sys.executable, "-c", FAKE.format(root=root, port=port)])

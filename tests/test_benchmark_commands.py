@@ -40,6 +40,9 @@ def test_the_index_lists_the_benchmarks() -> None:
 def test_a_printed_benchmark_command_runs(command: str) -> None:
     if "benchmarks/run.py" in command and shutil.which("wrk") is None:
         pytest.fail("benchmarks/run.py needs wrk: apt-get install -y wrk (scripts/test.sh does)")
+    pages = sorted([ROOT / "BENCHMARKS.md", *(ROOT / "benchmarks").glob("*.md")])
+    before = [page.read_bytes() for page in pages]
     done = subprocess.run(runnable(command), cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{command}\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}"
     assert done.stdout.strip(), "a benchmark prints its figures"
+    assert [page.read_bytes() for page in pages] == before, "a quick run leaves the published figures alone"
