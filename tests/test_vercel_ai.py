@@ -80,7 +80,10 @@ def test_the_ai_sdks_default_provider_is_compacted(
 
     proxied = run_node(f"{proxy}/v1", mode, system, messages)
     assert proxied.returncode == 0, proxied.stderr
-    assert json.loads(proxied.stdout)["text"] == REPLY
+    answer = json.loads(proxied.stdout)
+    assert answer["text"] == REPLY
+    headers = answer["headers"]  # as the README's client table says to read them
+    assert int(headers["x-compaction-tokens-after"]) < int(headers["x-compaction-tokens-before"])
     sent = last_body(upstream)
     assert {k: v for k, v in sent.items() if k != "input"} == {
         k: v for k, v in original.items() if k != "input"

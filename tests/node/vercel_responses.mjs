@@ -1,6 +1,7 @@
 // The Vercel AI SDK's default OpenAI provider (npm `ai` 6 + `@ai-sdk/openai` 3): `createOpenAI({baseURL})("model")`
 // posts to /v1/responses. Reads {system, messages} (AI SDK model messages) on stdin, answers with
-// generateText, or streamText when the second argument is "stream", and prints {text} as JSON.
+// generateText, or streamText when the second argument is "stream", and prints {text, headers} as JSON
+// (the answer's x-compaction-* headers, as the SDK's `response.headers` shows them).
 // Exits 1 with the error's message when the call fails.
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateText, streamText } from "ai";
@@ -14,15 +15,23 @@ const options = { model, system, messages, maxOutputTokens: 300, maxRetries: 0 }
 
 try {
   let text = "";
+  let response;
   if (mode === "stream") {
-    for await (const part of streamText(options).fullStream) {
+    const result = streamText(options);
+    for await (const part of result.fullStream) {
       if (part.type === "error") throw part.error;
       if (part.type === "text-delta") text += part.text;
     }
+    response = await result.response;
   } else {
-    text = (await generateText(options)).text;
+    const result = await generateText(options);
+    text = result.text;
+    response = result.response;
   }
-  console.log(JSON.stringify({ text }));
+  const headers = Object.fromEntries(
+    Object.entries(response.headers ?? {}).filter(([name]) => name.startsWith("x-compaction-")),
+  );
+  console.log(JSON.stringify({ text, headers }));
 } catch (error) {
   console.error(String(error?.message ?? error));
   process.exit(1);
