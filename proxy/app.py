@@ -177,8 +177,9 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         plan = await summarized(request, body, plan)
         metrics.record_compaction(plan.result)
         if plan.result.overflow:
-            metrics.overflows.labels(settings.overflow).inc()
-            if settings.overflow == "reject":
+            rejected = settings.overflow == "reject" or plan.result.over_window  # never over the window
+            metrics.overflows.labels("reject" if rejected else settings.overflow).inc()
+            if rejected:
                 raise context_length_error(plan)
         if plan.result.changed:
             log.info(plan.summary())
