@@ -59,6 +59,9 @@ MAX_SETTLE_ROUNDS = 3
 ADDITIVITY_SLACK = 3
 # A kept tool result takes at most this share of the target before older exchanges are dropped for it.
 KEPT_RESULT_SHARE = 0.5
+# Inside a loop, older exchanges are dropped down to this share of the target: each drop changes the
+# history near its start (the whole prompt cache is lost), so drops come in big, rare batches.
+LOOP_DROP_SHARE = 0.5
 MIN_CAP_TOKENS = 256  # less would keep too little to be worth more than a note
 CAP_ROUNDS = 4
 
@@ -375,7 +378,9 @@ class _Replay:
         last = bisect.bisect_left(tools, end)
         kept = tools[max(0, last - self.policy.keep_recent_tool_results) : last]
         first_kept = kept[0] if kept else end
-        while self.acc > budget.target and self.next_tool < last and tools[self.next_tool] < first_kept:
+        # Every older result at once, not just down to the target: the next calls then append to an
+        # unchanged prefix for longer, and each move costs the cache only the results kept last time.
+        while self.next_tool < last and tools[self.next_tool] < first_kept:
             i = tools[self.next_tool]
             self.next_tool += 1
             if not self.dropped[i]:
@@ -388,9 +393,12 @@ class _Replay:
             if self.acc <= budget.limit or self.costs[i] <= share:
                 break
             self._cap(i, max(share, self.costs[i] - (self.acc - budget.target)))
+        if self.acc <= budget.limit:
+            return
         exchanges = self.exchanges
+        drop_to = int(budget.target * LOOP_DROP_SHARE)
         while (
-            self.acc > budget.target
+            self.acc > drop_to
             and self.next_exchange < len(exchanges)
             and exchanges[self.next_exchange].end <= first_kept
         ):

@@ -55,12 +55,33 @@ OUTLINE_CHARS = 420
 OUTLINE_ITEM_CHARS = 120
 # `cat -n` and agent read tools number each line: "    12\tcode" or "    12→code".
 _NUMBERED_LINE = re.compile(r"^[ \t]*(\d+)(?:\t|→|: )", re.M)
-_DEFINITION = re.compile(
-    r"^[ \t]*(?:\d+(?:\t|→|: ))?[ \t]*(?:export\s+)?(?:default\s+)?(?:pub(?:\([^)\n]*\))?\s+)?"
-    r"(?:async\s+)?(?:def|class|function\*?|const|fn|func|interface|struct|enum|trait|type)\s+"
-    r"([A-Za-z_$][\w$]*)",
-    re.M,
+# Definitions: a line that starts (after its number, indentation and modifiers) with one of these.
+_DEFINITION_WORDS = (
+    "def",
+    "class",
+    "function",
+    "function*",
+    "const",
+    "fn",
+    "func",
+    "interface",
+    "struct",
+    "enum",
+    "trait",
+    "type",
 )
+_MODIFIERS = (
+    "export ",
+    "default ",
+    "pub ",
+    "pub(crate) ",
+    "async ",
+    "static ",
+    "public ",
+    "private ",
+    "abstract ",
+)
+_NAME = re.compile(r"[A-Za-z_$][\w$]*")
 _TEST_ID = re.compile(r"^(?:FAILED|ERROR)\s+(\S+)|^(\S+::\S+)\s+(?:FAILED|ERROR)\b", re.M)
 _EXCEPTION_LINE = re.compile(
     r"^(?:E\s+)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::[^\n]*)?)$", re.M
@@ -137,22 +158,38 @@ def _outline(text: str) -> str:
     if len(numbers) >= 3:
         last = _NUMBERED_LINE.findall(text, max(0, len(text) - 400))
         parts.append(f"lines {numbers[0]}-{last[-1] if last else numbers[-1]}")
-    names = _unique(m.group(1) for m in _DEFINITION.finditer(text))
+    names = _unique(_definitions(text))
     if names:
         parts.append("defines " + ", ".join(names))
-    failed = _unique(a or b for a, b in _TEST_ID.findall(text))
-    if failed:
-        parts.append("failed " + ", ".join(failed))
-    errors = _unique(_shorten(line.strip(), OUTLINE_ITEM_CHARS) for line in _EXCEPTION_LINE.findall(text))
-    if errors:
-        parts.append(" | ".join(errors))
-    summaries = [line.strip() for line in _SUMMARY_LINE.findall(text) if " in " in line or "," in line]
-    if summaries:
-        parts.append(_shorten(summaries[-1], OUTLINE_ITEM_CHARS))
-    status = _EXIT_STATUS.findall(text)
-    if status:
-        parts.append(f"exit status {status[-1]}")
+    # Each pattern runs only where its words occur: most results are neither test nor shell output.
+    if "FAILED" in text or "ERROR" in text:
+        failed = _unique(a or b for a, b in _TEST_ID.findall(text))
+        if failed:
+            parts.append("failed " + ", ".join(failed))
+    if "Error" in text or "Exception" in text or "Exit" in text or "Interrupt" in text:
+        errors = _unique(_shorten(line.strip(), OUTLINE_ITEM_CHARS) for line in _EXCEPTION_LINE.findall(text))
+        if errors:
+            parts.append(" | ".join(errors))
+    if " passed" in text or " failed" in text or " error" in text:
+        summaries = [line.strip() for line in _SUMMARY_LINE.findall(text) if " in " in line or "," in line]
+        if summaries:
+            parts.append(_shorten(summaries[-1], OUTLINE_ITEM_CHARS))
+    lowered = text.lower()
+    if "exit" in lowered or "returncode" in lowered or "return code" in lowered:
+        status = _EXIT_STATUS.findall(text)
+        if status:
+            parts.append(f"exit status {status[-1]}")
     return f" Outline: {_shorten('; '.join(parts), OUTLINE_CHARS)}." if parts else ""
+
+
+def _definitions(text: str) -> Iterator[str]:
+    for line in text.splitlines():
+        body = line.lstrip(" \t0123456789").lstrip("\t→: ") if line[:1] in " \t0123456789" else line
+        while body.startswith(_MODIFIERS):
+            body = body.split(" ", 1)[1].lstrip()
+        word, _, rest = body.partition(" ")
+        if word in _DEFINITION_WORDS and (name := _NAME.match(rest.lstrip())):
+            yield name.group(0)
 
 
 def _unique(items: Iterator[str]) -> list[str]:

@@ -52,7 +52,9 @@ async def test_over_the_line_the_upstream_receives_the_compacted_chat() -> None:
 async def test_per_model_windows_decide(caplog: pytest.LogCaptureFixture) -> None:
     upstream = RecordingUpstream()
     body = {"model": "big-model", "messages": bike_shop_chat()}
-    async with proxy_client(upstream, window=8000, keep_recent_tool_results=1, model_windows="big-*=128000") as client:
+    async with proxy_client(
+        upstream, window=8000, keep_recent_tool_results=1, model_windows="big-*=128000"
+    ) as client:
         untouched = await client.post("/v1/chat/completions", json=body)
         with caplog.at_level("INFO", logger="proxy"):
             compacted = await client.post("/v1/chat/completions", json={**body, "model": "small"})
@@ -213,7 +215,9 @@ async def test_over_the_window_is_never_forwarded_even_with_overflow_forward() -
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
-    assert "messages[11] alone is about 10008 tokens" in error["message"] and "8000 tokens" in error["message"]
+    assert (
+        "messages[11] alone is about 10008 tokens" in error["message"] and "8000 tokens" in error["message"]
+    )
     assert upstream.requests == []
 
 

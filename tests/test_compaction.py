@@ -89,7 +89,13 @@ def test_loop_rules_drop_a_tool_exchange_but_keep_the_answer() -> None:
     assert is_dropped_marker(result.messages[2]) and "2 earlier messages" in result.messages[2]["content"]
     assert result.messages[3] is chat[4], "the answer stays"
     assert [m is c for m, c in zip(result.messages[4:], chat[5:], strict=True)] == [
-        True, True, False, True, True, True, True
+        True,
+        True,
+        False,
+        True,
+        True,
+        True,
+        True,
     ]
     capped = result.messages[6]["content"]
     assert capped.startswith(chat[7]["content"][:40]) and "chars cut here" in capped
@@ -173,7 +179,9 @@ def test_content_parts_are_counted_and_compacted() -> None:
     ]
     counter = RequestCounter(count_chars4, image_tokens=500)
     assert counter.message(chat[0]) >= 500
-    result = compact(chat, Budget(limit=2000, target=1500), counter.message, Policy(keep_recent_tool_results=0))
+    result = compact(
+        chat, Budget(limit=2000, target=1500), counter.message, Policy(keep_recent_tool_results=0)
+    )
     assert result.truncated == (2,)
     assert result.messages[2]["content"].startswith(NOTE_PREFIX)
     assert "lookup" in result.messages[2]["content"]

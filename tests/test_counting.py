@@ -111,8 +111,12 @@ async def test_a_local_tokenizer_counts_only_near_the_line() -> None:
     from tests.conversations import bike_shop_chat
 
     async with proxy_client(CountingUpstream(), window=WINDOW, tokenizer="cl100k_base") as client:
-        short = (await client.post("/compact", json={"model": "m", "messages": bike_shop_chat(items=2)})).json()
-        long = (await client.post("/compact", json={"model": "m", "messages": bike_shop_chat(items=60)})).json()
+        short = (
+            await client.post("/compact", json={"model": "m", "messages": bike_shop_chat(items=2)})
+        ).json()
+        long = (
+            await client.post("/compact", json={"model": "m", "messages": bike_shop_chat(items=60)})
+        ).json()
     assert short["report"]["counted_by"] == "estimate"
     assert long["report"]["counted_by"] == "cl100k_base"
     assert long["report"]["tokens_after"] <= long["report"]["limit"]
