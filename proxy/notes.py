@@ -82,6 +82,8 @@ _MODIFIERS = (
     "abstract ",
 )
 _NAME = re.compile(r"[A-Za-z_$][\w$]*")
+# grep/ripgrep output: "path:line:text".
+_MATCH_LINE = re.compile(r"^([\w./@+-]+\.\w+):\d+:", re.M)
 _TEST_ID = re.compile(r"^(?:FAILED|ERROR)\s+(\S+)|^(\S+::\S+)\s+(?:FAILED|ERROR)\b", re.M)
 _EXCEPTION_LINE = re.compile(
     r"^(?:E\s+)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::[^\n]*)?)$", re.M
@@ -158,6 +160,10 @@ def _outline(text: str) -> str:
     if len(numbers) >= 3:
         last = _NUMBERED_LINE.findall(text, max(0, len(text) - 400))
         parts.append(f"lines {numbers[0]}-{last[-1] if last else numbers[-1]}")
+    matched = _MATCH_LINE.findall(text, 0, 200)
+    if matched:
+        files = _unique(iter(_MATCH_LINE.findall(text)))
+        parts.append(f"{len(files)} files matched: " + ", ".join(files))
     names = _unique(_definitions(text))
     if names:
         parts.append("defines " + ", ".join(names))
