@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from proxy.compaction import Budget, CompactionResult, Policy, compact
 from proxy.notes import CAP_WORDS, NOTE_PREFIX, is_dropped_marker
 from proxy.tokens import RequestCounter, count_chars4
+from tests.fakes import RecordingUpstream, proxy_client
 from tests.test_compaction import assert_invariants, assert_no_orphans
 
 count = RequestCounter(count_chars4).message
@@ -231,3 +232,20 @@ def test_loop_invariants(loop: list[dict[str, Any]], window: int, keep_results: 
     if not result.overflow:
         again = run(result.messages, window, keep_recent_tool_results=keep_results)
         assert again.messages == result.messages, "idempotent"
+
+
+# Through the app: what the upstream receives, the headers and the metrics.
+
+
+async def test_the_app_reports_what_the_loop_rules_did() -> None:
+    upstream = RecordingUpstream()
+    loop = one_request_loop(12)
+    async with proxy_client(upstream, window=16000) as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": loop})
+        metrics = (await client.get("/metrics")).text
+    assert response.status_code == 200
+    sent = upstream.last_json()["messages"]
+    noted = [i for i, m in enumerate(sent) if str(m.get("content")).startswith(NOTE_PREFIX)]
+    assert sent[:2] == loop[:2] and sent[-3:] == loop[-3:] and noted
+    assert response.headers["x-compaction-protected"] == f"truncated={len(noted)} capped=0 dropped=0"
+    assert f'compacting_proxy_protected_messages_total{{action="truncated"}} {len(noted)}.0' in metrics
