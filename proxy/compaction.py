@@ -528,8 +528,10 @@ class _Replay:
             after += self.count(marker) - self.marker_cost
         protected_from = self._protected_start(self.users, len(self.messages))
         window = self.budget.window
-        if window is not None and after > window:
-            # No combination fits the window: drop nothing for nothing, and say what is too big.
+        if window is not None and after > self.budget.limit and (after > window or before <= window):
+            # Still over the line: compacting was for nothing when the request fits the window as it
+            # came (it goes out as it came, marked), or when nothing fits it (a 400 naming the culprit).
+            over = before > window
             return CompactionResult(
                 messages=list(self.messages),
                 tokens_before=before,
@@ -537,8 +539,8 @@ class _Replay:
                 limit=self.budget.limit,
                 overflow=True,
                 protected_from=protected_from,
-                over_window=True,
-                oversized=self._oversized(),
+                over_window=over,
+                oversized=self._oversized() if over else None,
             )
         return CompactionResult(
             messages=out,

@@ -280,6 +280,8 @@ def assert_invariants(
         assert budget.window is not None and result.oversized is not None
     elif budget.window is not None:
         assert result.tokens_after <= budget.window
+        if result.overflow and before <= budget.window:
+            assert out == chat, "still over the line: nothing dropped for nothing"
 
     # Leading system/developer messages and every user message are never changed, nor reordered.
     head = next((i for i, m in enumerate(chat) if m["role"] not in ("system", "developer")), len(chat))
