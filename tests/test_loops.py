@@ -265,3 +265,21 @@ def test_nothing_is_dropped_when_dropping_would_make_it_bigger() -> None:
     result = run(loop, window, keep_recent_tool_results=0)
     assert result.overflow and not result.over_window and result.oversized is None
     assert result.messages == loop and result.tokens_after == size
+
+
+async def test_level_3_summarises_the_exchanges_a_loop_dropped() -> None:
+    from proxy.summary import SUMMARY_PREFIX
+    from tests.test_summaries import SummarisingUpstream
+
+    upstream = SummarisingUpstream()
+    loop = one_request_loop(0)
+    for k in range(40):
+        step(loop, k, [("read_file", source(f"s{k}", 60)) for _ in range(2)], text=f"Step {k}.")
+    settings = {"window": 8000, "summarize": True, "summary_tokens": 200}
+    async with proxy_client(upstream, **settings) as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": loop})
+    assert response.status_code == 200 and int(response.headers["x-compaction-summarized"]) >= 1
+    [sent] = upstream.chat_requests()
+    summaries = [m for m in sent["messages"] if str(m.get("content")).startswith(SUMMARY_PREFIX)]
+    assert summaries and sent["messages"][:2] == loop[:2]
+    assert_no_orphans(sent["messages"])
