@@ -21,8 +21,9 @@ part is the whole conversation. When the seed's rules cannot bring a request und
 engine goes on inside the protected part, never touching user messages or leading system messages:
 older tool results there get notes (the last `keep_recent_tool_results` stay whole), a kept result
 too big for what is left is capped to its head, tail and error lines, and older tool exchanges (an
-assistant `tool_calls` message with all its results) are dropped, oldest first. If even that cannot
-bring the request within the window, nothing is dropped and the result says which message is too big.
+assistant `tool_calls` message with all its results) are dropped, oldest first. Nothing is thrown away
+for nothing: when all that still ends over the line, the request goes back as it came if it fits the
+window (marked over the line), else `over_window` says which message, never cut, is too big.
 
 Each message is counted once per call; the replay moves pointers forward, so the whole call is
 linear in the size of the history.
