@@ -134,8 +134,12 @@ class _Writer:
         lines += [f"import {m}" for m in rng.sample(["os", "re", "json", "time", "logging", "typing"], 3)]
         lines += ["", f"{rng.choice(NOUNS).upper()}_LIMIT = {rng.randint(2, 99)}", ""]
         planted_at = rng.randint(1, 6)
-        definitions = 0
-        while sum(len(line) + 8 for line in lines) < size:
+        definitions = written = counted = 0
+        while True:
+            written += sum(len(line) + 8 for line in lines[counted:])
+            counted = len(lines)
+            if written >= size:
+                break
             definitions += 1
             if definitions == planted_at:
                 name = self.plant("function", self.rare_name())

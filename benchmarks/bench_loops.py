@@ -95,7 +95,7 @@ def window_model(window: int) -> ModelWindow:
 
 
 def none() -> Compactor:
-    return lambda history: Sent(history, 0.0)
+    return lambda history: Sent(history, 0.0)  # not timed: nothing to time
 
 
 def plain(window: int) -> Compactor:
@@ -237,9 +237,10 @@ def measure(job: tuple[str, int, bool, int]) -> list[Run]:
     tokenizer, window, quick, seed = job
     counter = RequestCounter(MemoTextCounter(load_text_counter(tokenizer)))
     runs = []
+    loops = sim.loops(quick, seed)
     for name in COMPACTORS:
         run = Run(name, window, tokenizer)
-        for loop in sim.loops(quick, seed):
+        for loop in loops:
             compactor = {
                 "none": lambda: none(),
                 "plain": lambda: plain(window),

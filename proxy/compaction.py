@@ -425,9 +425,15 @@ class _Replay:
         text = text_of(content)
         if len(text) <= self.policy.preview_chars + MIN_NOTE_CHARS:
             return  # the note would be as long as the result
-        head = note_without_facts(
-            text, tool=tool, arguments=arguments, preview_chars=self.policy.preview_chars
-        )
+        # The head is found again at every call of a loop (its outline scans the whole result): memoised.
+        key = ("head", hash(text), len(text), tool, arguments, self.policy.preview_chars)
+        head = self.memo.get(key) if self.memo is not None else None
+        if head is None:
+            head = note_without_facts(
+                text, tool=tool, arguments=arguments, preview_chars=self.policy.preview_chars
+            )
+            if self.memo is not None:
+                self.memo.put(key, head)
         cost = self.count({**message, "content": head}) + self.facts_cost + ADDITIVITY_SLACK
         if cost < self.costs[i]:
             self.planned[i] = (text, tool, arguments, self.costs[i])
