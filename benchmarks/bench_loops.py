@@ -149,6 +149,9 @@ class Run:
     base_tokens: int = 0
     reused_tokens: int = 0
     moves: int = 0
+    sent_tokens: int = 0
+    sent_requests: int = 0
+    growth_tokens: int = 0  # Σ over loops of the final history's tokens: what the loops appended
     seconds: list[float] = field(default_factory=list)
     planted: dict[str, int] = field(default_factory=dict)
     kept: dict[str, int] = field(default_factory=dict)
@@ -189,6 +192,8 @@ def replay(loop: sim.Loop, compactor: Compactor, run: Run, counter: RequestCount
             run.rejected_unavoidable += unavoidable(history, counter, run.window)
             continue
         counts = [counter.message(m) for m in sent.messages]
+        run.sent_tokens += fixed + sum(counts)
+        run.sent_requests += 1
         if fixed + sum(counts) > run.window:
             over += 1
         if previous is not None:
@@ -198,6 +203,7 @@ def replay(loop: sim.Loop, compactor: Compactor, run: Run, counter: RequestCount
             run.moves += shared < len(previous)
         previous, previous_counts, last = sent.messages, counts, sent
     run.loops += 1
+    run.growth_tokens += fixed + sum(counter.message(m) for m in loop.history(len(loop.requests) - 1))
     run.over_window += over
     run.loops_over += over > 0
     run.base_tokens += base
@@ -268,8 +274,8 @@ def markdown(runs: list[Run], loops: list[sim.Loop], command: str, seconds: floa
         "share still in it (in notes: of those in results our engine noted, the share its notes kept).",
         "",
         "| tokenizer | window | compactor | requests | over window | rejected | retention | cut moves "
-        "| path | function | error | id | number | ms / compaction (max) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| mean request | path | function | error | id | number | ms / compaction (max) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         facts = [percent(run.kept.get(k, 0), run.planted.get(k, 0)) for k in sim.FACT_KINDS]
@@ -277,10 +283,17 @@ def markdown(runs: list[Run], loops: list[sim.Loop], command: str, seconds: floa
         lines.append(
             f"| {run.tokenizer} | {run.window // 1000}k | {run.compactor} | {run.requests} | "
             f"{run.over_window} ({run.loops_over}/{run.loops}) | {run.rejected} ({run.rejected_unavoidable}) | "
-            f"{100 * run.retention:.1f}% | {run.moves} | "
+            f"{100 * run.retention:.1f}% | {run.moves} | {run.sent_tokens // max(1, run.sent_requests):,} | "
             + " | ".join(facts)
             + f" | {mean:.1f} ({max(run.seconds, default=0) * 1000:.0f}) |"
         )
+    growth = runs[0].growth_tokens / max(1, runs[0].requests) if runs else 0
+    lines += [
+        "",
+        f"The loops grow {growth:,.0f} tokens a model call on average ({runs[0].tokenizer if runs else ''}): a "
+        "compactor that keeps every request under the line must change or drop each appended token once, "
+        "and loses for the cache at least that much a call: retention ≤ 1 − growth / mean request.",
+    ]
     lines += [
         "",
         "Facts in notes (ours): of the facts in tool results our engine noted, the share the note kept.",
