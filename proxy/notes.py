@@ -189,6 +189,8 @@ def _outline(text: str) -> str:
 
 
 def _definitions(text: str) -> Iterator[str]:
+    if not any(f"{word} " in text for word in _DEFINITION_WORDS):
+        return  # most results define nothing: skip the walk over their lines
     for line in text.splitlines():
         body = line.lstrip(" \t0123456789").lstrip("\t→: ") if line[:1] in " \t0123456789" else line
         while body.startswith(_MODIFIERS):
