@@ -4,10 +4,11 @@ A note keeps what the next turn most likely needs, within a small budget: which 
 with which arguments, how big its result was, the head of the result, and the identifiers in it
 (order and part numbers, ids, amounts, dates, error lines), since a plain preview loses every fact
 past its first 150 characters. A note is shaped by what it holds: a file read keeps its line range
-and the names it defines (not `cat -n` line numbers), test and shell output its failing test ids,
-exception lines, summary line and exit status. A kept result too big for the window is capped
-instead (`cap_text`): its head, its tail and its error and summary lines. Pure and deterministic: the same result always gives the same note,
-so a compacted prefix stays byte-identical from one turn to the next.
+and the names it defines (not `cat -n` line numbers), grep output the files it matched, test and
+shell output its failing test ids, exception lines, summary line and exit status. A recent result
+too big for the window is capped instead (`cap_text`): its head, its tail and its error and summary
+lines. Pure and deterministic: the same result always gives the same note, so a compacted prefix
+stays byte-identical from one turn to the next.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ _IDENTIFIER = r"#?[A-Za-z0-9][A-Za-z0-9_\-./:]*\d[A-Za-z0-9_\-./:]*"
 _FACT_TOKEN = re.compile(rf"(?:{_AMOUNT})|(?<![\w#])(?:{_IDENTIFIER})")
 ERROR_WORDS = ("error", "exception", "failed", "failure", "fatal", "traceback", "denied")
 # `KeyError`, `AssertionError`, `CalledProcessError`: exception class names are error words too.
-_ERROR_WORD = re.compile(rf"\b(?:{'|'.join(ERROR_WORDS)})\b|\b[A-Z]\w*(?:Error|Exception)\b", re.I)
+_ERROR_WORD = re.compile(rf"\b(?:{'|'.join(ERROR_WORDS)})\b|(?-i:\b[A-Z]\w*(?:Error|Exception)\b)", re.I)
 _EXCEPTION_NAME = re.compile(r"[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b")
 
 OUTLINE_CHARS = 420
