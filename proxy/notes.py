@@ -308,9 +308,9 @@ def _facts(text: str) -> Iterator[str]:
             return
         except orjson.JSONDecodeError:
             pass
-    yield from _error_lines(text, 2)
     if _NUMBERED_LINE.search(text, 0, 200):
         text = _NUMBERED_LINE.sub("", text)  # line numbers are not facts
+    yield from _error_lines(text, 2)
     for match in _FACT_TOKEN.finditer(text):
         yield match.group(0).rstrip(".:/-")
 

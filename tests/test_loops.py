@@ -283,3 +283,12 @@ async def test_level_3_summarises_the_exchanges_a_loop_dropped() -> None:
     summaries = [m for m in sent["messages"] if str(m.get("content")).startswith(SUMMARY_PREFIX)]
     assert summaries and sent["messages"][:2] == loop[:2]
     assert_no_orphans(sent["messages"])
+
+
+def test_line_numbers_of_a_listing_are_not_kept_as_facts() -> None:
+    from proxy.notes import build_note
+
+    listing = source("calc", 200).replace("return value * 2", "raise ValueError('bad payload')", 1)
+    note = build_note(listing, tool="read_file", arguments='{"path": "src/calc.py"}')
+    assert "ValueError('bad payload')" in note
+    assert "\\t" not in note and "\t" not in note, "the error line is kept without its cat -n number"
