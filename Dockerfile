@@ -12,9 +12,8 @@
 # Give it longer than that to stop (`docker stop -t 40`, compose `stop_grace_period`, Kubernetes
 # `terminationGracePeriodSeconds`), or lower the timeout.
 #
-# scripts/check_dockerfile.sh lints this file and replays it without Docker: the build stage's
-# ENV/WORKDIR/COPY/RUN, then the final stage's ENV, ENTRYPOINT/CMD and HEALTHCHECK. Keep the build stage
-# to those instructions, or teach the script the new one.
+# Where Docker Hub cannot be reached, scripts/build_image.sh builds this file with podman on a local
+# Debian bookworm + Python 3.11 base (PYTHON_IMAGE); tests/test_image.py builds, runs and stops it.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -36,9 +35,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PATH=/opt/venv/bin:$PATH
-RUN groupadd --system --gid 10001 proxy \
-    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-       --shell /usr/sbin/nologin proxy
+# Not named `proxy`: Debian's base-passwd already has a `proxy` user and group (uid/gid 13).
+RUN groupadd --gid 10001 compacting-proxy \
+    && useradd --uid 10001 --gid 10001 --no-log-init --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin compacting-proxy
 # Root-owned and read-only to the server: it needs no writable path, so a read-only root fs works.
 COPY --from=build /opt/venv /opt/venv
 USER 10001:10001

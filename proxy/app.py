@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 import os
 import time
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -27,11 +29,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import __version__
 from proxy.cache import SummaryCache
-from proxy.calibration import reported_prompt_tokens
 from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_object
+from proxy.encoding import decode_body
 from proxy.errors import ProxyError, error_response
+from proxy.formats import FORMATS, ROUTES, Conversation, Route, WireFormat, format_for_path, match_route
 from proxy.logs import request_id
 from proxy.metrics import Metrics
+from proxy.ollama import OllamaUpstream
+from proxy.ollama_bridge import OllamaBridge
+from proxy.ollama_relay import TRUNCATED_HEADER, relay_from_ollama
 from proxy.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.planner import Planner
 from proxy.probes import UpstreamTokenCounter, WindowDetector
@@ -52,6 +58,8 @@ log = logging.getLogger("proxy")
 
 LOGGED_BODY_BYTES = 64 * 1024
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+# Where clients put their key: OpenAI's bearer token, Anthropic's `x-api-key`, Azure's `api-key`.
+CLIENT_KEY_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key"})
 
 
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
@@ -84,7 +92,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         )
         detector = WindowDetector(http, settings.upstream_url, refresh=settings.window_refresh)
         exact = UpstreamTokenCounter(http, settings.upstream_url)
-        state.planner = Planner(settings, detector=detector, exact=exact)
+        state.planner = Planner(settings, detector=detector, exact=exact, metrics=metrics)
+        state.ollama = OllamaUpstream(http, settings)
         if settings.summarize:
             cache = SummaryCache(
                 size=settings.cache_size, redis_url=settings.cache_url, ttl=settings.cache_ttl
@@ -103,24 +112,37 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         wire(transport)
     api_keys = [key.get_secret_value().encode() for key in settings.api_keys]
 
+    # Errors in the shape of the client's protocol (Anthropic's on its routes).
     @app.exception_handler(ProxyError)
     async def on_proxy_error(request: Request, exc: ProxyError) -> Response:
-        return exc.to_response()
+        return exc.to_response(shape=format_for_path(request.url.path).error_body)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return error_response(exc.status_code, str(exc.detail), type="invalid_request_error", code=code)
+        return error_response(
+            exc.status_code,
+            str(exc.detail),
+            type="invalid_request_error",
+            code=code,
+            shape=format_for_path(request.url.path).error_body,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> Response:
-        return error_response(400, str(exc), type="invalid_request_error")
+        return error_response(
+            400, str(exc), type="invalid_request_error", shape=format_for_path(request.url.path).error_body
+        )
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return error_response(
-            500, "The proxy failed to handle this request.", type="server_error", code="internal_error"
+            500,
+            "The proxy failed to handle this request.",
+            type="server_error",
+            code="internal_error",
+            shape=format_for_path(request.url.path).error_body,
         )
 
     @app.get("/healthz")
@@ -151,36 +173,74 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
 
     @app.post("/compact")
     async def dry_run(request: Request) -> Response:
-        """Compact a chat request's messages without calling the upstream: same body as a chat request."""
-        body = parse_json_object(await read_body(request, settings.max_body_bytes))
-        check_messages(body, settings.max_messages)
-        plan = await request.app.state.planner.plan(body, request.headers.raw)
+        """Compact a request without calling the upstream: the body of a chat request, or of another
+        format named by a `format` field (`responses`, `messages`, `ollama`, `azure`)."""
+        body = parse_json_object(await read_json_body(request, settings.max_body_bytes))
+        named = body.get("format")
+        if isinstance(named, str) and named in FORMATS:
+            body = {k: v for k, v in body.items() if k != "format"}
+            return await compact_report(request, FORMATS[named], body, {})
+        return await compact_report(request, FORMATS["chat"], body, {})
+
+    @app.post("/compact/{path:path}", include_in_schema=False)
+    async def dry_run_for(request: Request, path: str) -> Response:
+        """The dry run for the format a compacted route speaks, e.g. `/compact/v1/messages`."""
+        matched = match_route("/" + path)
+        if matched is None:
+            raise ProxyError(404, f"No compacted route /{path}.", code="not_found")
+        body = parse_json_object(await read_json_body(request, settings.max_body_bytes))
+        return await compact_report(request, matched[0].format, body, matched[1])
+
+    async def compact_report(
+        request: Request, wire: WireFormat, body: dict[str, Any], params: dict[str, str]
+    ) -> Response:
+        conversation = wire.read(body, params)
+        if conversation is None:
+            report: dict[str, Any] = {"messages": None, "report": {"compacted": False, "left_alone": True}}
+            return Response(dump_json(report), media_type="application/json")
+        check_messages(conversation.request, settings.max_messages)
+        planner: Planner = request.app.state.planner
+        bridge = await ollama_bridge(request, wire, body)
+        window = conversation.window or (bridge.num_ctx if bridge else None)  # what it would get
+        plan = await planner.plan(conversation.request, request.headers.raw, window_tokens=window)
         report = {"messages": plan.result.messages, "report": plan.report()}
+        if wire is not FORMATS["chat"]:
+            report["body"] = wire.write(body, conversation, plan) if plan.result.changed else body
         return Response(dump_json(report), media_type="application/json")
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        return await compact_and_forward(request, "/chat/completions", native=False)
+    def compacting(route: Route) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        async def compact_route(request: Request) -> Response:
+            return await compact_and_forward(request, route)
 
-    @app.post("/api/chat", include_in_schema=False)
-    async def native_chat(request: Request) -> Response:
-        """Ollama's native chat API: the same messages, compacted the same way, streamed as NDJSON."""
-        return await compact_and_forward(request, "/api/chat", native=True)
+        return compact_route
 
-    async def compact_and_forward(request: Request, path: str, *, native: bool) -> Response:
-        raw = await read_body(request, settings.max_body_bytes)
+    for route in ROUTES:
+        app.add_api_route(
+            route.path, compacting(route), methods=["POST"], include_in_schema=route.format is FORMATS["chat"]
+        )
+
+    async def compact_and_forward(request: Request, route: Route) -> Response:
+        """Read the request into the neutral conversation, compact it, forward it, relay the answer."""
+        raw = await read_json_body(request, settings.max_body_bytes)
         body = parse_json_object(raw)
-        check_messages(body, settings.max_messages)
+        wire = route.format
+        path = route.upstream or raw_path(request)
+        conversation = wire.read(body, request.path_params)
+        if conversation is None:  # the server keeps or compacts this history itself
+            return await until_disconnect(request, forward(request, path, raw, route))
+        check_messages(conversation.request, settings.max_messages)
         planner: Planner = request.app.state.planner
-        num_ctx = native_window(body) if native else None
-        plan = await planner.plan(body, request.headers.raw, window_tokens=num_ctx)
-        plan = await summarized(request, body, plan)
+        bridge = await ollama_bridge(request, wire, body)
+        window = conversation.window or (bridge.num_ctx if bridge else None)
+        plan = await planner.plan(conversation.request, request.headers.raw, window_tokens=window)
+        plan = await summarized(request, conversation.request, plan)
         metrics.record_compaction(plan.result)
         if plan.result.overflow:
             rejected = settings.overflow == "reject" or plan.result.over_window  # never over the window
             metrics.overflows.labels("reject" if rejected else settings.overflow).inc()
             if rejected:
-                raise context_length_error(plan)
+                field = wire.reply_field or plan.reply_field
+                raise context_length_error(replace(plan, reply_field=field))
         if plan.result.changed:
             log.info(plan.summary())
         if settings.log_bodies:
@@ -188,25 +248,36 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             if plan.result.changed:
                 compacted = dump_json(plan.result.messages)[:LOGGED_BODY_BYTES]
                 log.info("compacted messages: %s", compacted.decode("utf-8", "replace"))
-        streamed = body.get("stream") is not False if native else body.get("stream") is True
-        return await until_disconnect(request, exchange(request, path, raw, body, plan, streamed, native))
+        exchange = Exchange(route, path, raw, body, conversation, bridge)
+        return await until_disconnect(request, forward_compacted(request, exchange, plan))
 
-    async def exchange(
-        request: Request,
-        path: str,
-        raw: bytes,
-        body: dict[str, object],
-        plan: ChatPlan,
-        streamed: bool,
-        native: bool,
-    ) -> Response:
-        """Forward a planned chat request; on an overflow the upstream reports, retry once, harder."""
-        response = await send(request, path, plan.body_bytes(raw, body), "chat", from_root=native)
+    async def ollama_bridge(request: Request, wire: WireFormat, body: dict[str, Any]) -> OllamaBridge | None:
+        """For an Ollama upstream, an OpenAI chat goes to its native API with the window the proxy
+        compacts for (its `/v1` ignores `num_ctx`); None when the request stays on its route."""
+        if wire is not FORMATS["chat"]:
+            return None
+        ollama: OllamaUpstream = request.app.state.ollama
+        return await ollama.bridge(body, request.headers.raw)
+
+    async def forward_compacted(request: Request, exchange: Exchange, plan: ChatPlan) -> Response:
+        """Forward a planned request; on an overflow the upstream reports, retry once, harder."""
+        route = exchange.route
+        planner: Planner = request.app.state.planner
+        if exchange.bridge is not None:  # Ollama cuts instead of rejecting: there is no overflow to retry
+            bridge = exchange.bridge
+            content = bridge.request_bytes(
+                {**exchange.body, "messages": plan.result.messages}, plan.max_tokens
+            )
+            response = await send(request, "/api/chat", content, route.format.name, from_root=True)
+            learn = functools.partial(planner.read_report, plan)
+            return await relay_from_ollama(response, bridge, plan.headers(), learn, metrics)
+        response = await send(
+            request, exchange.path, exchange.content(plan), route.format.name, from_root=route.from_root
+        )
         if response.status_code in OVERFLOW_STATUSES:
             error = await read_raw(response)
             overflow = parse_overflow(response.status_code, error)
-            planner: Planner = request.app.state.planner
-            harder = planner.harder(body, plan, overflow) if overflow else None
+            harder = planner.harder(exchange.conversation.request, plan, overflow) if overflow else None
             if harder is None:
                 if overflow:
                     metrics.retries.labels("not_possible").inc()
@@ -217,9 +288,15 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
                 harder.summary(),
             )
             metrics.retries.labels("retried").inc()
-            plan = await summarized(request, body, harder)
-            response = await send(request, path, plan.body_bytes(raw, body), "chat", from_root=native)
-        return await relay(request, response, plan, streamed=streamed)
+            plan = await summarized(request, exchange.conversation.request, harder)
+            response = await send(
+                request, exchange.path, exchange.content(plan), route.format.name, from_root=route.from_root
+            )
+        return await relay(request, response, plan, exchange)
+
+    async def forward(request: Request, path: str, content: bytes, route: Route) -> Response:
+        response = await send(request, path, content, route.format.name, from_root=route.from_root)
+        return await relay(request, response, None)
 
     @app.api_route(
         "/v1/{path:path}",
@@ -227,8 +304,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         include_in_schema=False,  # any other route of the upstream's, forwarded as it is
     )
     async def passthrough(request: Request, path: str) -> Response:
-        raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
-        return await forward_as_is(request, raw_path.decode("latin-1").removeprefix("/v1"), from_root=False)
+        return await forward_as_is(request, raw_path(request).removeprefix("/v1"), from_root=False)
 
     @app.api_route(
         "/api/{path:path}",
@@ -236,8 +312,23 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         include_in_schema=False,  # Ollama's native API, forwarded as it is (not compacted)
     )
     async def native_passthrough(request: Request, path: str) -> Response:
-        raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
-        return await forward_as_is(request, raw_path.decode("latin-1"), from_root=True)
+        return await forward_as_is(request, raw_path(request), from_root=True)
+
+    @app.api_route(
+        "/openai/{path:path}",
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"],
+        include_in_schema=False,  # Azure OpenAI's other routes, forwarded as they are, like its chat
+    )
+    async def azure_passthrough(request: Request, path: str) -> Response:
+        return await forward_as_is(request, raw_path(request), from_root=True)
+
+    @app.api_route(
+        "/deployments/{path:path}",
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"],
+        include_in_schema=False,
+    )
+    async def deployment_passthrough(request: Request, path: str) -> Response:
+        return await forward_as_is(request, raw_path(request), from_root=False)
 
     async def forward_as_is(request: Request, path: str, *, from_root: bool) -> Response:
         content = await read_body(request, settings.max_body_bytes)
@@ -270,7 +361,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         upstream: Upstream = request.app.state.upstream
         incoming = request.headers.raw
         if api_keys:  # the client's key was for the proxy: it is not forwarded
-            incoming = [(k, v) for k, v in incoming if k.lower() != b"authorization"]
+            incoming = [(k, v) for k, v in incoming if k.lower() not in CLIENT_KEY_HEADERS]
         return upstream.request_headers(incoming)
 
     async def send(
@@ -280,6 +371,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         upstream: Upstream = request.app.state.upstream
         check_path(path)
         headers = upstream_headers(request)
+        if route != "passthrough":  # a compacted route's body is read decoded, and sent so
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-encoding"]
         if b"x-request-id" not in {k.lower() for k, _ in headers}:
             headers.append((b"x-request-id", request_id.get().encode()))
         url = upstream.url(path, request.scope.get("query_string", b""), from_root=from_root)
@@ -295,22 +388,51 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         return response
 
     async def relay(
-        request: Request, response: httpx.Response, plan: ChatPlan | None, *, streamed: bool = False
+        request: Request, response: httpx.Response, plan: ChatPlan | None, exchange: Exchange | None = None
     ) -> Response:
-        """The upstream's answer for the client: streamed as it comes, or read whole for a chat answer
-        that was not asked to stream (to learn its usage)."""
-        extra = plan.headers() if plan else {}
+        """The upstream's answer for the client: streamed as it comes, or read whole for an answer
+        that was not asked to stream (to learn the prompt size it reports)."""
+        if plan is None or exchange is None:
+            return StreamedResponse(response, metrics=metrics)
+        extra = plan.headers()
         planner: Planner = request.app.state.planner
-        if plan is None or streamed or is_event_stream(response):
-            learn = (lambda tail: planner.learn(plan, reported_prompt_tokens(tail))) if plan else None
-            return StreamedResponse(response, extra, on_complete=learn, metrics=metrics)
+        reported = exchange.route.format.reported_prompt_tokens
+        if exchange.streamed or is_event_stream(response):
+            return StreamedResponse(
+                response, extra, on_complete=lambda tail: planner.learn(plan, reported(tail)), metrics=metrics
+            )
         body = await read_raw(response)
-        if response.is_success and "content-encoding" not in response.headers:
-            planner.learn(plan, reported_prompt_tokens(body[-TAIL_BYTES:]))
+        readable = response.is_success and "content-encoding" not in response.headers
+        if readable and planner.read_report(plan, reported(body[-TAIL_BYTES:])):
+            extra = {**extra, TRUNCATED_HEADER: "true"}
         return buffered_response(response, body, extra)
 
     app.add_middleware(RequestContext, metrics=metrics, api_keys=api_keys)
     return app
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One compacted request on its way: its route, the upstream path, the original bytes and body,
+    and the neutral conversation read from them."""
+
+    route: Route
+    path: str
+    raw: bytes
+    body: dict[str, Any]
+    conversation: Conversation
+    bridge: OllamaBridge | None = None  # set when an OpenAI chat goes to Ollama's native API
+
+    def content(self, plan: ChatPlan) -> bytes:
+        """What to forward: the original bytes when nothing changed, else the original body with
+        `plan`'s decisions applied by the route's format."""
+        if not plan.result.changed and plan.max_tokens is None:
+            return self.raw
+        return dump_json(self.route.format.write(self.body, self.conversation, plan))
+
+    @property
+    def streamed(self) -> bool:
+        return self.route.format.streamed(self.body)
 
 
 class RequestContext:
@@ -350,6 +472,7 @@ class RequestContext:
                     "Missing or invalid API key for this proxy.",
                     type="invalid_request_error",
                     code="invalid_api_key",
+                    shape=format_for_path(path).error_body,
                 )(scope, receive, send_with_id)
                 return
             await self.app(scope, receive, send_with_id)
@@ -358,11 +481,10 @@ class RequestContext:
             request_id.reset(token)
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        given = headers.get(b"authorization", b"")
-        scheme, _, key = given.partition(b" ")
-        if scheme.lower() != b"bearer":
-            return False
-        return any(hmac.compare_digest(key.strip(), allowed) for allowed in self.api_keys)
+        scheme, _, bearer = headers.get(b"authorization", b"").partition(b" ")
+        given = [bearer.strip()] if scheme.lower() == b"bearer" else []
+        given += [headers[name].strip() for name in (b"x-api-key", b"api-key") if name in headers]
+        return any(hmac.compare_digest(key, allowed) for key in given for allowed in self.api_keys)
 
 
 async def until_disconnect(request: Request, work: Coroutine[Any, Any, Response]) -> Response:
@@ -391,20 +513,21 @@ async def _disconnected(request: Request) -> None:
 
 
 def route_of(path: str) -> str:
-    if path == "/v1/chat/completions":
-        return "chat"
-    if path.startswith(("/v1/", "/api/")):
+    """The metrics label of a path: the format of a compacted route, else what kind of path it is."""
+    matched = match_route(path)
+    if matched is not None:
+        return matched[0].format.name
+    if path.startswith(("/v1/", "/api/", "/openai/", "/deployments/")):
         return "passthrough"
     return {"/compact": "compact", "/healthz": "healthz", "/readyz": "readyz", "/metrics": "metrics"}.get(
         path, "other"
     )
 
 
-def native_window(body: dict[str, object]) -> int | None:
-    """The window an Ollama native request sets for itself (`options.num_ctx`): what it will get."""
-    options = body.get("options")
-    num_ctx = options.get("num_ctx") if isinstance(options, dict) else None
-    return num_ctx if isinstance(num_ctx, int) and not isinstance(num_ctx, bool) and num_ctx > 0 else None
+def raw_path(request: Request) -> str:
+    """The path as the client sent it (still percent-encoded)."""
+    raw: bytes = request.scope.get("raw_path") or request.url.path.encode()
+    return raw.decode("latin-1")
 
 
 def check_messages(body: dict[str, object], limit: int) -> None:
@@ -439,6 +562,13 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise _too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def read_json_body(request: Request, limit: int) -> bytes:
+    """A body compaction must read: decoded when it was sent compressed."""
+    raw = await read_body(request, limit)
+    encoding = request.headers.get("content-encoding")
+    return decode_body(raw, encoding, limit) if encoding else raw
 
 
 def _too_large(limit: int) -> ProxyError:

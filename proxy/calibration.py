@@ -5,6 +5,10 @@ Every successful answer reports the prompt's real size (`usage.prompt_tokens`, o
 bounded, and used to scale the next estimates. The factor in use moves only in steps of
 `STEP`, so that compaction decisions, and with them the upstream's prompt cache, stay stable
 while the smoothed ratio wanders a little.
+
+The same report also shows when a server cut the prompt silently (Ollama drops the oldest messages
+to fit its window and answers 200): it then counts far fewer tokens than were sent, or exactly its
+cap. `truncated_window` says which window the server must really have used.
 """
 
 from __future__ import annotations
@@ -21,6 +25,15 @@ SMOOTHING = 0.3  # weight of the newest observation
 STEP = 0.05  # the factor in use changes only when the smoothed ratio is this far (relative) from it
 MIN_SAMPLE = 64  # prompts smaller than this say more about per-message overhead than about text
 
+# A count this far under the estimate is not counting error. Before calibration the estimate can be
+# off by a quarter either way (a large-vocabulary tokenizer, a server that counts characters), and a
+# steady ratio like that is the tokenizer's, not a cut: a prompt read as less than this share of what
+# was sent was cut.
+TRUNCATION_RATIO = 0.6
+# Some servers (older Ollama) report only the tokens they had to evaluate after a cached prefix: a
+# small count. No chat model runs with a window this small, so such counts are never taken as cuts.
+MIN_TRUNCATED_REPORT = 512
+
 _PROMPT_TOKENS = re.compile(rb'"(?:prompt_tokens|prompt_eval_count)"\s*:\s*(\d+)')
 
 
@@ -28,6 +41,24 @@ def reported_prompt_tokens(body_tail: bytes) -> int | None:
     """The last prompt size reported in a response body (or the tail of a stream), if any."""
     matches = _PROMPT_TOKENS.findall(body_tail)
     return int(matches[-1]) if matches else None
+
+
+def truncated_window(sent: int, reported: int, window: int) -> int | None:
+    """The window a server really used, if its count of a prompt (`reported`) says it cut the one the
+    proxy sent (`sent` tokens by the calibrated estimate, compacted for `window`); else None.
+
+    A count of exactly the window is its cap: the estimate was too low, the window is right. A count
+    far under the estimate is a cut at a smaller window, which is at least the count: the next power
+    of two (windows are), or the count itself when that is not below the window already in use.
+    (A count of exactly some other power of two is no sign: counts land there by chance.)"""
+    if reported in (window - 1, window) and reported > sent:
+        return window
+    if reported > window:  # whatever happened, the server's window is larger than the one assumed
+        return None
+    if reported < MIN_TRUNCATED_REPORT or reported >= TRUNCATION_RATIO * sent:
+        return None
+    ceiling = 1 << (reported - 1).bit_length()
+    return ceiling if ceiling < window else min(window, reported)
 
 
 @dataclass(slots=True)

@@ -72,8 +72,8 @@ def validated_messages(body: Body) -> list[dict[str, Any]]:
             raise ProxyError(400, f"messages[{i}] must be an object.", param=f"messages[{i}]")
         if not isinstance(message.get("role"), str):
             raise ProxyError(400, f"messages[{i}].role must be a string.", param=f"messages[{i}].role")
-        tool_calls = message.get("tool_calls")
-        if tool_calls is not None and not isinstance(tool_calls, list):
+        tool_calls = message.get("tool_calls")  # read only on assistant messages; forwarded elsewhere
+        if message["role"] == "assistant" and tool_calls is not None and not isinstance(tool_calls, list):
             raise ProxyError(
                 400, f"messages[{i}].tool_calls must be an array.", param=f"messages[{i}].tool_calls"
             )
@@ -101,10 +101,12 @@ def reply_room(body: Body, window: ModelWindow) -> int:
 
 
 def budget_for(body: Body, window: ModelWindow, counter: RequestCounter, *, clamp: bool = False) -> Budget:
-    """The line is window * threshold, and never closer to the window than the reply needs. When the
-    reply limit may be clamped, a large one does not push the line down: the limit gives way instead."""
+    """The line is window * threshold, lowered to leave the reply its room, but never below half the
+    window: a reply limit near or past the window (16,384 is a common client default) must not throw
+    the history away. What the prompt then leaves the reply is clamped (when allowed) or left to the
+    upstream. When the reply limit may be clamped, a large one does not push the line down at all."""
     reply = min(reply_room(body, window), window.reply_reserve) if clamp else reply_room(body, window)
-    limit = max(0, min(int(window.window * window.threshold), window.window - reply))
+    limit = min(int(window.window * window.threshold), max(window.window - reply, window.window // 2))
     target = int(limit * window.target / window.threshold)
     return Budget(limit=limit, target=target, fixed=counter.fixed(body), window=window.window)
 
@@ -118,16 +120,9 @@ class ChatPlan:
     factor: float = 1.0
     counted_by: str = "estimate"
     max_tokens: int | None = None  # the reply limit after clamping, when it was lowered
+    reply: int | None = None  # the reply limit the request asked for
+    reply_field: str = "max_tokens"
     summarized: int = 0  # dropped runs replaced by a summary (level 3)
-
-    def body_bytes(self, raw: bytes, body: Body) -> bytes:
-        """What to forward: the original bytes when nothing changed, else the body with new messages."""
-        if not self.result.changed and self.max_tokens is None:
-            return raw
-        changed = {**body, "messages": self.result.messages}
-        if self.max_tokens is not None:
-            changed[_reply_field(body)] = self.max_tokens
-        return dump_json(changed)
 
     def headers(self) -> dict[str, str]:
         """`x-compaction-*` response headers, on compacted requests only."""
@@ -227,12 +222,25 @@ def plan_chat(
     if clamp and clampable and requested and result.tokens_after + requested > window.window:
         max_tokens = max(1, window.window - result.tokens_after)
     return ChatPlan(
-        str(body.get("model") or ""), window, budget, result, counter.factor, max_tokens=max_tokens
+        str(body.get("model") or ""),
+        window,
+        budget,
+        result,
+        counter.factor,
+        max_tokens=max_tokens,
+        reply=requested,
+        reply_field=_reply_field(body) if clampable else "options.num_predict",
     )
 
 
 def context_length_error(plan: ChatPlan) -> ProxyError:
     r = plan.result
+    reply = ""
+    if plan.reply is not None and plan.budget.limit < int(plan.window.window * plan.window.threshold):
+        reply = (
+            f" The reply limit you asked for ({plan.reply_field}={plan.reply}) leaves {plan.budget.limit} "
+            "tokens of the window for the prompt: lower it to leave more."
+        )
     if r.over_window:
         culprit = ""
         if r.oversized:
@@ -246,7 +254,7 @@ def context_length_error(plan: ChatPlan) -> ProxyError:
             f"This model's maximum context length is {plan.window.window} tokens. However, your messages "
             f"resulted in about {r.tokens_before} tokens, and no compaction can make them fit: the system "
             f"prompt, the tool schemas and the user messages alone do not fit.{culprit} Please reduce the "
-            "length of the messages.",
+            f"length of the messages.{reply}",
             code="context_length_exceeded",
             param="messages",
         )
@@ -255,7 +263,7 @@ def context_length_error(plan: ChatPlan) -> ProxyError:
         f"This model's maximum context length is {plan.window.window} tokens. However, your messages "
         f"resulted in about {r.tokens_after} tokens after compaction (the line is {plan.budget.limit}), "
         "and the protected recent part cannot be compacted further. Please reduce the length of the "
-        "messages.",
+        f"messages.{reply}",
         code="context_length_exceeded",
         param="messages",
     )

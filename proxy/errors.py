@@ -1,13 +1,35 @@
-"""The proxy's own errors, in the shape OpenAI's clients expect: `{"error": {message, type, param, code}}`."""
+"""The proxy's own errors, in the shape each client expects: OpenAI's
+`{"error": {message, type, param, code}}` by default, Anthropic's
+`{"type": "error", "error": {type, message}}` on the Anthropic routes."""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import orjson
 from starlette.responses import Response
 
+# Anthropic names its error types by status (docs.anthropic.com, "Errors").
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+class ErrorShape(Protocol):
+    def __call__(
+        self, status: int, message: str, type: str, code: str | None, param: str | None
+    ) -> bytes: ...
+
 
 class ProxyError(Exception):
-    """An error the proxy answers itself, with an HTTP status and an OpenAI-style body."""
+    """An error the proxy answers itself, with an HTTP status and a client-shaped body."""
 
     def __init__(
         self,
@@ -25,14 +47,29 @@ class ProxyError(Exception):
         self.code = code
         self.param = param
 
-    def to_response(self, headers: dict[str, str] | None = None) -> Response:
+    def to_response(self, headers: dict[str, str] | None = None, shape: ErrorShape | None = None) -> Response:
         return error_response(
-            self.status, self.message, type=self.type, code=self.code, param=self.param, headers=headers
+            self.status,
+            self.message,
+            type=self.type,
+            code=self.code,
+            param=self.param,
+            headers=headers,
+            shape=shape,
         )
 
 
 def error_body(message: str, *, type: str, code: str | None = None, param: str | None = None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
+
+
+def openai_error(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
+    return error_body(message, type=type, code=code, param=param)
+
+
+def anthropic_error(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
+    kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
 
 def error_response(
@@ -43,9 +80,10 @@ def error_response(
     code: str | None = None,
     param: str | None = None,
     headers: dict[str, str] | None = None,
+    shape: ErrorShape | None = None,
 ) -> Response:
     return Response(
-        error_body(message, type=type, code=code, param=param),
+        (shape or openai_error)(status, message, type, code, param),
         status_code=status,
         media_type="application/json",
         headers=headers,

@@ -80,6 +80,11 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        self.upstream_truncations = Counter(
+            "compacting_proxy_upstream_truncations",
+            "Chat answers whose reported prompt size shows the upstream cut the prompt silently.",
+            registry=r,
+        )
         self.summaries = Counter(
             "compacting_proxy_summaries", "Summaries of dropped exchanges, by source.", ["source"], registry=r
         )

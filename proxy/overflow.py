@@ -3,8 +3,10 @@
 Each server words it differently: OpenAI's `context_length_exceeded` ("…maximum context length is
 8192 tokens. However, your messages resulted in 9000 tokens"), vLLM's ("…you requested 5000 tokens
 (4500 in the messages, 500 in the completion)", or "your request has 5000 input tokens"), llama.cpp's
-`exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`, and Ollama's and others' plainer
-phrases. Pure: status and body bytes in, an `Overflow` (or None) out.
+`exceed_context_size_error` with `n_prompt_tokens` and `n_ctx` (on every route, `/v1/messages`
+and `/v1/responses` too), Anthropic's ("prompt is too long: 208437 tokens > 200000 maximum", "input
+length and `max_tokens` exceed context limit: 197000 + 8192 > 200000", in its own error shape), and
+Ollama's and others' plainer phrases. Pure: status and body bytes in, an `Overflow` (or None) out.
 """
 
 from __future__ import annotations
@@ -19,16 +21,18 @@ OVERFLOW_STATUSES = frozenset({400, 413, 422})
 
 _PHRASES = re.compile(
     r"context[ _]length|maximum context|context size|context window|exceeds? the (?:available )?context|"
-    r"too many tokens|prompt is too long|input length|input is too long|reduce the length",
+    r"too many tokens|prompt is too long|input length|input is too long|reduce the length|context limit",
     re.IGNORECASE,
 )
 _PROMPT_COUNT = re.compile(
-    r"resulted in (\d+) tokens|\((\d+) in the messages|has (\d+) input tokens|request \((\d+) tokens\)|"
-    r"prompt(?: has| of)? \(?(\d+) tokens",
+    r"too long: (\d+) tokens|context limit: (\d+) \+|resulted in (\d+) tokens|\((\d+) in the messages|"
+    r"has (\d+) input tokens|request \((\d+) tokens\)|prompt(?: has| of)? \(?(\d+) tokens",
     re.IGNORECASE,
 )
 _WINDOW = re.compile(
-    r"maximum context length is (\d+)|available context size \((\d+) tokens\)", re.IGNORECASE
+    r"tokens > (\d+) maximum|> (\d+), decrease|maximum context length is (\d+)|"
+    r"available context size \((\d+) tokens\)",
+    re.IGNORECASE,
 )
 
 

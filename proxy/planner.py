@@ -4,20 +4,22 @@ The planner is where I/O meets the pure engine. It resolves the model's knobs (a
 for the window when it is `auto`), counts with the calibrated estimate, and only when that lands near
 the line counts exactly (a local tokenizer, or the upstream's own `/tokenize`), so short requests pay
 nothing. After the upstream has answered, `learn` feeds the reported prompt size back into the
-calibration.
+calibration, and notices when the upstream cut the prompt silently: from then on that model is
+compacted for the window the upstream really used.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from proxy.cache import LruCache
-from proxy.calibration import Calibrator
+from proxy.calibration import Calibrator, truncated_window
 from proxy.chat import Body, ChatPlan, plan_chat, validated_messages
 from proxy.compaction import Policy
+from proxy.metrics import Metrics
 from proxy.overflow import Overflow
 from proxy.probes import UpstreamTokenCounter, WindowDetector
 from proxy.settings import ModelWindow, Settings
@@ -55,6 +57,16 @@ def check_tokenizers(settings: Settings) -> None:
             raise ValueError(f"COMPACT_TOKENIZER={spec}: {exc}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """The upstream read less of a prompt than it was sent: it cut it, silently."""
+
+    model: str
+    sent: int  # tokens, by the proxy's (calibrated) count
+    read: int  # tokens, by the upstream's report
+    window: int  # the window the upstream really used, as far as can be told
+
+
 def _spec(plan: ChatPlan) -> str:
     """The text counter behind `plan`'s counts (an upstream count scales the estimate)."""
     return "estimate" if plan.counted_by == "upstream" else plan.counted_by
@@ -68,11 +80,16 @@ class Planner:
         detector: WindowDetector | None = None,
         exact: UpstreamTokenCounter | None = None,
         calibrator: Calibrator | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.detector = detector
         self.exact = exact
         self.calibrator = calibrator or Calibrator(settings.calibrate)
+        self.metrics = metrics
+        # The window the upstream was seen cutting at, per model and per window the request set (for
+        # Ollama, a request without `num_ctx` runs at its default, one with it at that size).
+        self.seen_windows: dict[tuple[str, int | None], int] = {}
         self.notes = LruCache(NOTE_MEMO_SIZE)  # written notes, reused as the chat resends old results
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
@@ -99,9 +116,12 @@ class Planner:
         request itself sets (Ollama's `options.num_ctx`), which is what the server will use."""
         messages = validated_messages(body)
         model = str(body.get("model") or "")
-        window = await self.window(model, headers)
+        # A window the request sets needs no asking.
+        window = self.settings.window_for(model) if window_tokens else await self.window(model, headers)
         if window_tokens:
-            window = replace(window, window=window_tokens)
+            window = replace(window, window=window_tokens, requested=window_tokens)
+        if (seen := self.seen_windows.get((model, window.requested))) and seen < window.window:
+            window = replace(window, window=seen)
         estimate = "chars4" if window.tokenizer == "chars4" else "estimate"
         factor = self.calibrator.factor(model)
         plan = self._plan(body, messages, window, estimate, factor)
@@ -169,8 +189,17 @@ class Planner:
 
     def learn(self, plan: ChatPlan, reported: int | None) -> None:
         """Feed the upstream's count of the prompt it received back into the calibration."""
-        if reported is None or plan.counted_by not in ("estimate", "chars4"):
-            return
+        self.read_report(plan, reported)
+
+    def read_report(self, plan: ChatPlan, reported: int | None) -> Truncation | None:
+        """`learn`, and the cut the count shows, if the upstream cut the prompt."""
+        if reported is None:
+            return None
+        truncation = self._check_truncation(plan, reported)
+        if plan.counted_by not in ("estimate", "chars4") or (
+            truncation and reported < plan.result.tokens_after
+        ):
+            return truncation  # a count of what was left after a cut says nothing about the estimate
         before = self.calibrator.factor(plan.model)
         self.calibrator.observe(plan.model, round(plan.result.tokens_after / plan.factor), reported)
         after = self.calibrator.factor(plan.model)
@@ -178,3 +207,26 @@ class Planner:
             log.info(
                 "calibration for model %r: %.3f real tokens per estimated token", plan.model or "-", after
             )
+        return truncation
+
+    def _check_truncation(self, plan: ChatPlan, reported: int) -> Truncation | None:
+        sent = plan.result.tokens_after
+        window = truncated_window(sent, reported, plan.window.window)
+        if window is None:
+            return None
+        log.warning(
+            "The upstream cut the prompt silently: model %r was sent about %d tokens and read %d "
+            "(compacted for a window of %d). %s",
+            plan.model or "-",
+            sent,
+            reported,
+            plan.window.window,
+            f"From now on it is compacted for a window of {window}."
+            if window < plan.window.window
+            else "It read exactly the window: the prompt was larger than counted.",
+        )
+        if self.metrics:
+            self.metrics.upstream_truncations.inc()
+        key = (plan.model, plan.window.requested)
+        self.seen_windows[key] = min(window, self.seen_windows.get(key, window))
+        return Truncation(plan.model, sent, reported, window)

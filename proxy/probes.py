@@ -3,8 +3,8 @@
 Window detection asks, in order, what each kind of server answers: an OpenAI-style `/v1/models`
 entry that carries a context length (vLLM's `max_model_len`, LM Studio's and OpenRouter's fields),
 llama.cpp's `/props` (the `n_ctx` of a slot, which is what a request gets), and Ollama's `/api/ps`
-(the `context_length` a loaded model runs at) or `/api/show` (`num_ctx` from its parameters, else the
-model's trained `context_length`). The parsing is pure; `WindowDetector` does the I/O, caches each
+(the `context_length` a loaded model runs at) or `/api/show` (`num_ctx` from its parameters, else
+Ollama's smallest default context, at most the model's trained `context_length`). The parsing is pure; `WindowDetector` does the I/O, caches each
 answer for a refresh interval, and asks once per model however many requests arrive together.
 """
 
@@ -78,21 +78,45 @@ def window_from_ollama_ps(payload: Any, model: str) -> DetectedWindow | None:
 
 
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)
+# Ollama's default context when neither the request, the Modelfile nor OLLAMA_CONTEXT_LENGTH sets one
+# is chosen by VRAM: 4,096 below 24 GiB, 32,768 below 48 GiB, 262,144 above (server/routes.go, v0.33).
+# The proxy cannot see the VRAM, so it assumes the smallest: compacting early beats a silent cut.
+OLLAMA_DEFAULT_CONTEXT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class OllamaModelInfo:
+    """What Ollama's `/api/show` says about a model's window."""
+
+    num_ctx: int | None  # set in its parameters (the Modelfile's `PARAMETER num_ctx`)
+    trained: int | None  # `model_info["<arch>.context_length"]`: the most it can run at
+
+
+def ollama_model_info(payload: Any) -> OllamaModelInfo | None:
+    if not isinstance(payload, dict):
+        return None
+    num_ctx = trained = None
+    parameters = payload.get("parameters")
+    if isinstance(parameters, str) and (match := _NUM_CTX.search(parameters)):
+        num_ctx = _positive_int(int(match.group(1)))
+    info = payload.get("model_info")
+    if isinstance(info, dict):
+        trained = next(
+            (v for k, v in info.items() if k.endswith(".context_length") and _positive_int(v)), None
+        )
+    return OllamaModelInfo(num_ctx, trained) if num_ctx or trained else None
 
 
 def window_from_ollama_show(payload: Any) -> DetectedWindow | None:
-    """From Ollama's `/api/show`: `num_ctx` set in the model's parameters, else its trained length."""
-    if not isinstance(payload, dict):
+    """From Ollama's `/api/show`: `num_ctx` set in the model's parameters, else the default context a
+    request without `num_ctx` gets (never more than the trained length)."""
+    info = ollama_model_info(payload)
+    if info is None:
         return None
-    parameters = payload.get("parameters")
-    if isinstance(parameters, str) and (match := _NUM_CTX.search(parameters)):
-        return DetectedWindow(int(match.group(1)), "ollama /api/show num_ctx parameter")
-    info = payload.get("model_info")
-    if isinstance(info, dict):
-        for key, value in info.items():
-            if key.endswith(".context_length") and (tokens := _positive_int(value)):
-                return DetectedWindow(tokens, "ollama /api/show model_info context_length (trained length)")
-    return None
+    if info.num_ctx:
+        return DetectedWindow(info.num_ctx, "ollama /api/show num_ctx parameter")
+    tokens = min(OLLAMA_DEFAULT_CONTEXT, info.trained or OLLAMA_DEFAULT_CONTEXT)
+    return DetectedWindow(tokens, "ollama default context (its smallest; /api/show has no num_ctx)")
 
 
 async def fetch_json(

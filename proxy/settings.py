@@ -67,6 +67,7 @@ class ModelWindow:
     tokenizer: str = "estimate"
     keep_recent_tool_results: int = 3
     auto: bool = False
+    requested: int | None = None  # the window the request set itself (Ollama's `num_ctx`)
 
 
 class Settings(BaseSettings):
@@ -77,7 +78,11 @@ class Settings(BaseSettings):
     upstream_url: str = "http://localhost:11434/v1"
     upstream_api_key: SecretStr | None = None
 
-    window: PositiveInt | Literal["auto"] = 8192
+    upstream_kind: Literal["auto", "ollama", "openai"] = "auto"
+    ollama_num_ctx: bool = True
+    ollama_max_num_ctx: int = Field(default=32768, gt=0)
+
+    window: PositiveInt | Literal["auto"] = "auto"
     fallback_window: int = Field(default=8192, gt=0)
     window_refresh: float = Field(default=600.0, gt=0)
     tokenizer: str = "estimate"

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from proxy.images import image_tokens
+
 TextCounter = Callable[[str], int]
 
 # Role markers and separators the chat template wraps around every message.
@@ -85,6 +87,11 @@ class RequestCounter:
                 continue
             if key == "content":
                 raw += self.content(value)
+            elif key == "images" and isinstance(value, list):  # Ollama's native API: base64 images
+                raw += sum(
+                    image_tokens({"image_url": image}, self.image_tokens) if isinstance(image, str) else 0
+                    for image in value
+                )
             elif isinstance(value, str):
                 raw += self.count_text(value)
             else:
@@ -101,7 +108,9 @@ class RequestCounter:
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
             kind = kind if isinstance(kind, str) else None
-            if kind in IMAGE_PART_TYPES or kind in AUDIO_PART_TYPES:
+            if kind in IMAGE_PART_TYPES:
+                total += image_tokens(part, self.image_tokens)
+            elif kind in AUDIO_PART_TYPES:
                 total += self.image_tokens
             elif isinstance(part, dict) and isinstance(part.get("text"), str):
                 total += self.count_text(part["text"])

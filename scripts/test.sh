@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs and run all of it: lint, types, fast tests, and the tests
-# against real servers (llama.cpp's llama-server, built once and cached; Redis from Debian).
-# Usage: ./scripts/test.sh [pytest args]      FAST=1 ./scripts/test.sh  skips the real-server tests
+# against real servers (llama.cpp's llama-server, built once and cached; Redis from Debian) and of the
+# real image (built with podman by scripts/build_image.sh, as root; its base is made once and kept).
+# Usage: ./scripts/test.sh [pytest args]      FAST=1 ./scripts/test.sh  skips the real-server and image tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,14 +14,17 @@ fi
 
 MARKERS=()
 if [ "${FAST:-0}" = "1" ]; then
-    MARKERS=(-m "not llama and not redis and not slow")
+    MARKERS=(-m "not llama and not redis and not slow and not bench and not image")
 else
-    if ! command -v redis-server >/dev/null 2>&1; then
-        echo "installing redis-server (Debian) for the shared-cache tests" >&2
+    if ! command -v redis-server >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
+        echo "installing redis-server and wrk (Debian) for the shared-cache tests and the benchmarks" >&2
         SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
-        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server >/dev/null
+        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server wrk >/dev/null
     fi
     .venv/bin/python scripts/llama_server.py build
+    # Up front, outside the tests' timeouts: podman & co. from Debian, the base image (first run only)
+    # and the layers tests/test_image.py then builds on.
+    ./scripts/build_image.sh >/dev/null
 fi
 
 .venv/bin/ruff check proxy tests scripts benchmarks

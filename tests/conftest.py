@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ["tests.upstreams.fixtures"]
+pytest_plugins = ["tests.upstreams.fixtures", "tests.format_fixtures"]
 
 
 @pytest.fixture(autouse=True)

@@ -89,8 +89,10 @@ class RecordingUpstream:
 
 
 def make_settings(**overrides: Any) -> Settings:
-    """Settings for a test: the pattern's four-characters-per-token count, so sizes are predictable."""
-    return Settings(**{"_env_file": None, "upstream_url": UPSTREAM, "tokenizer": "chars4", **overrides})
+    """Settings for a test: the pattern's four-characters-per-token count, so sizes are predictable,
+    a fixed window and an upstream that is not Ollama, so no probe reaches the recording upstream."""
+    defaults = {"upstream_url": UPSTREAM, "tokenizer": "chars4", "window": 8192, "upstream_kind": "openai"}
+    return Settings(**{"_env_file": None, **defaults, **overrides})
 
 
 def proxy_client(

@@ -66,10 +66,10 @@ async def test_per_model_windows_decide(caplog: pytest.LogCaptureFixture) -> Non
 
 async def test_reply_room_comes_from_max_tokens() -> None:
     upstream = RecordingUpstream()
-    body = {"model": "m", "messages": bike_shop_chat(items=60)}
+    body = {"model": "m", "messages": bike_shop_chat(items=110)}  # about 4,070 tokens
     async with proxy_client(upstream, window=8000) as client:
         roomy = await client.post("/v1/chat/completions", json=body)
-        tight = await client.post("/v1/chat/completions", json={**body, "max_tokens": 7000})
+        tight = await client.post("/v1/chat/completions", json={**body, "max_tokens": 5000})
     assert "x-compaction-tokens-before" not in roomy.headers
     assert "x-compaction-tokens-before" in tight.headers
 
@@ -348,3 +348,61 @@ async def test_ollamas_native_api_is_forwarded_from_the_servers_root() -> None:
         "http://upstream.test/api/show",
     ]
     assert sneaky.status_code == 400
+
+
+def short_chat(turns: int = 5) -> list[dict[str, object]]:
+    """About 130 tokens in 11 messages: far below any line."""
+    messages: list[dict[str, object]] = [{"role": "system", "content": "You are terse."}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"Question {turn}: what is {turn} + {turn}?"})
+        messages.append({"role": "assistant", "content": f"{turn + turn}, as always."})
+    return messages
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+@pytest.mark.parametrize("reply", [8192, 16384, 10**6])
+async def test_a_reply_limit_at_or_past_the_window_keeps_a_chat_that_fits(field: str, reply: int) -> None:
+    upstream = RecordingUpstream()
+    raw = json.dumps({"model": "m", "messages": short_chat(), field: reply}).encode()
+    async with proxy_client(upstream) as client:  # the default window, 8,192
+        response = await client.post(
+            "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+        )
+    assert response.status_code == 200
+    assert upstream.last.content == raw, "a chat that fits is forwarded as it came"
+    assert not any(name.startswith("x-compaction") for name in response.headers)
+
+
+async def test_a_reply_limit_past_the_window_is_clamped_when_allowed() -> None:
+    upstream = RecordingUpstream()
+    body = {"model": "m", "messages": short_chat(), "max_tokens": 16384}
+    async with proxy_client(upstream, clamp_max_tokens=True) as client:
+        response = await client.post("/v1/chat/completions", json=body)
+    sent = upstream.last_json()
+    assert sent["messages"] == body["messages"]
+    assert 8000 < sent["max_tokens"] == int(response.headers["x-compaction-max-tokens"]) < 8192
+
+
+async def test_a_large_reply_limit_lowers_the_line_at_most_to_half_the_window() -> None:
+    upstream = RecordingUpstream()
+    # Over half the window (4,096) but under the usual line (6,553): compacted down to about half.
+    body = {"model": "m", "messages": bike_shop_chat(items=130), "max_tokens": 16384}
+    async with proxy_client(upstream) as client:
+        response = await client.post("/v1/chat/completions", json=body)
+    after = int(response.headers["x-compaction-tokens-after"])
+    assert 2000 < after <= 4096
+    assert len(upstream.last_json()["messages"]) == len(body["messages"]), "notes, not dropped history"
+
+
+async def test_a_rejected_request_names_the_reply_limit_that_took_the_room() -> None:
+    upstream = RecordingUpstream()
+    messages = [*short_chat(), {"role": "user", "content": "x" * 24_000}]  # 6,000 tokens, protected
+    async with proxy_client(upstream, overflow="reject") as client:
+        response = await client.post(
+            "/v1/chat/completions", json={"model": "m", "messages": messages, "max_completion_tokens": 9000}
+        )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "max_completion_tokens=9000" in error["message"] and "8192" in error["message"]
+    assert not upstream.requests

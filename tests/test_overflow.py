@@ -51,6 +51,38 @@ OLLAMA = json.dumps(
     {"error": {"message": "the input length exceeds the context length", "type": "api_error"}}
 )
 
+# Anthropic's two wordings (docs.anthropic.com, "Errors" and "Context windows"), in its error shape.
+ANTHROPIC_PROMPT = json.dumps(
+    {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "prompt is too long: 208437 tokens > 200000 maximum",
+        },
+    }
+)
+ANTHROPIC_INPUT = json.dumps(
+    {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "input length and `max_tokens` exceed context limit: 197626 + 8192 > 200000, "
+            "decrease input length or `max_tokens` and try again",
+        },
+    }
+)
+# OpenAI's Responses API.
+RESPONSES = json.dumps(
+    {
+        "error": {
+            "message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": "context_length_exceeded",
+        }
+    }
+)
+
 
 @pytest.mark.parametrize(
     ("body", "tokens", "window"),
@@ -60,6 +92,9 @@ OLLAMA = json.dumps(
         (VLLM, 4500, 4096),
         (VLLM_NEW, 2100, 2048),
         (OLLAMA, None, None),
+        (ANTHROPIC_PROMPT, 208437, 200000),
+        (ANTHROPIC_INPUT, 197626, 200000),
+        (RESPONSES, None, None),
     ],
 )
 def test_each_servers_overflow_is_recognised(

@@ -14,6 +14,7 @@ import pytest
 from proxy.summary import INSTRUCTIONS, SUMMARY_PREFIX, chunks
 from tests.conversations import agent_chat
 from tests.fakes import RecordingUpstream, completion, proxy_client
+from tests.format_chats import as_anthropic, as_responses
 from tests.processes import free_port
 
 
@@ -159,3 +160,28 @@ async def test_redis_down_is_a_cache_miss_not_a_failure() -> None:
     async with proxy_client(upstream, cache_url=dead, **SETTINGS) as client:
         response = await client.post("/v1/chat/completions", json={"model": "m", "messages": long_chat()})
     assert response.status_code == 200 and response.headers["x-compaction-summarized"] == "1"
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/messages"])
+async def test_other_formats_get_the_summary_in_their_own_shape(path: str) -> None:
+    """The summary stands where the run was dropped, as an assistant item of the client's format."""
+    upstream = SummarisingUpstream()
+    upstream.respond = lambda request: (
+        upstream.answer(request)
+        if request.url.path.endswith("/chat/completions")
+        else httpx.Response(200, json={"usage": {"input_tokens": 10}})
+    )
+    chat = long_chat()
+    if path == "/v1/responses":
+        instructions, items = as_responses(chat)
+        body: dict[str, Any] = {"model": "m", "instructions": instructions, "input": items}
+    else:
+        system, messages = as_anthropic(chat)
+        body = {"model": "m", "max_tokens": 100, "system": system, "messages": messages}
+    async with proxy_client(upstream, **SETTINGS) as client:
+        response = await client.post(path, json=body)
+    assert response.headers["x-compaction-summarized"] == "1"
+    [sent] = [json.loads(r.content) for r in upstream.requests if r.url.path == path]
+    history = sent["input" if path == "/v1/responses" else "messages"]
+    [summary] = [m for m in history if str(m.get("content")).startswith(SUMMARY_PREFIX)]
+    assert summary["role"] == "assistant" and "order #4471 summary" in summary["content"]

@@ -36,11 +36,14 @@ def proxy_command() -> list[str]:
 
 
 @contextmanager
-def running_proxy(upstream_url: str, window: int | str, **settings: str) -> Iterator[ProxyServer]:
+def running_proxy(upstream_url: str, window: int | str | None, **settings: str) -> Iterator[ProxyServer]:
     """Serve the proxy in front of ``upstream_url`` (ending in /v1); extra ``settings`` become
-    ``COMPACT_<NAME>`` variables, e.g. ``reply_reserve="64"``."""
+    ``COMPACT_<NAME>`` variables, e.g. ``reply_reserve="64"``. A ``window`` of None leaves the
+    proxy's default."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("COMPACT_")}
-    env |= {"COMPACT_UPSTREAM_URL": upstream_url, "COMPACT_WINDOW": str(window)}
+    env |= {"COMPACT_UPSTREAM_URL": upstream_url}
+    if window is not None:
+        env["COMPACT_WINDOW"] = str(window)
     env |= {f"COMPACT_{name.upper()}": value for name, value in settings.items()}
     with tempfile.TemporaryDirectory(prefix="compacting-proxy-") as tmp:
         port = free_port()

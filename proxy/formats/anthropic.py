@@ -1,0 +1,195 @@
+"""Anthropic Messages (`/v1/messages`): a top-level `system` and alternating user/assistant messages
+whose content is a string or a list of blocks.
+
+Read into the neutral conversation: `system` (string or blocks) leads and is never compacted; an
+assistant message is one turn, its `tool_use` blocks its tool calls, its `thinking` blocks staying
+with it; each `tool_result` block of a user message is a tool result paired by `tool_use_id`, and
+the user message's other blocks, if any, a user turn after them. Written back block by block: a
+noted `tool_result` keeps its other fields (`cache_control`, `is_error`); a dropped one goes with
+the `tool_use` it answers, so no result is ever left without its call. No block is added, so the
+request never carries more `cache_control` markers than it came with.
+
+Left alone: a request that asks for the server's own context management (`context_management`).
+Shapes follow anthropic-sdk-python's `MessageCreateParams` and llama.cpp's
+`server_chat_convert_anthropic_to_oai`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.chat import Body, ChatPlan
+from proxy.errors import ProxyError, anthropic_error
+from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items, str_field
+from proxy.tokens import json_text
+
+TOOL_USES = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+THINKING_OR_TOOL_USES = TOOL_USES | {"thinking", "redacted_thinking"}
+USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+class AnthropicMessages:
+    name = "messages"
+    reply_field = "max_tokens"
+
+    def read(self, body: Body, params: Mapping[str, str]) -> Conversation | None:
+        if body.get("context_management") is not None:
+            return None
+        items = body.get("messages")
+        if not isinstance(items, list):
+            raise ProxyError(400, "messages: Field required, an array of messages.", param="messages")
+        model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            raise ProxyError(400, "model: must be a string.", param="model")
+        messages: list[Message] = []
+        sources: list[tuple[Part, ...]] = []
+        if body.get("system") is not None:
+            messages.append({"role": "system", "content": _chat_content(body["system"])})
+            sources.append(())
+        for index, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("role"), str):
+                raise ProxyError(
+                    400, f"messages.{index}: must be an object with a string role.", param=f"messages.{index}"
+                )
+            _read_message(index, item, messages, sources)
+        request: Body = {"model": model or "", "messages": messages}
+        if isinstance(tools := body.get("tools"), list):
+            request["tools"] = [_chat_tool(tool) for tool in tools]
+        if (reply := int_field(body.get("max_tokens"))) is not None:
+            request["max_tokens"] = reply
+        return Conversation(request, sources)
+
+    def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
+        changed = dict(body)
+        if plan.result.changed:
+            rebuilt = rebuild(conversation, plan)
+            changed["messages"] = rewrite_items(
+                body["messages"], rebuilt, item_with=_with_note, marker=_marker
+            )
+        if plan.max_tokens is not None:
+            changed["max_tokens"] = plan.max_tokens
+        return changed
+
+    def streamed(self, body: Body) -> bool:
+        return body.get("stream") is True
+
+    def reported_prompt_tokens(self, tail: bytes) -> int | None:
+        """The whole prompt of the last `usage` object: fresh input plus cache writes and reads."""
+        usage = _last_usage(tail)
+        if usage is None or "input_tokens" not in usage:
+            return None
+        return sum(int_field(usage.get(key)) or 0 for key in USAGE_KEYS) or None
+
+    error_body = staticmethod(anthropic_error)
+
+
+def _read_message(
+    index: int, item: dict[str, Any], messages: list[Message], sources: list[tuple[Part, ...]]
+) -> None:
+    role, content = item["role"], item.get("content")
+    if not isinstance(content, list):
+        messages.append({"role": role, "content": _chat_content(content)})
+        sources.append((Part(index),))
+        return
+    kinds = [str_field(b.get("type")) if isinstance(b, dict) else None for b in content]
+    if role == "assistant":
+        message: Message = {"role": "assistant", "content": None}
+        calls = [_call(b) for b, kind in zip(content, kinds, strict=True) if kind in TOOL_USES]
+        thinking = [b.get("thinking") for b, kind in zip(content, kinds, strict=True) if kind == "thinking"]
+        rest = [b for b, kind in zip(content, kinds, strict=True) if kind not in THINKING_OR_TOOL_USES]
+        if rest:
+            message["content"] = _chat_content(rest)
+        if thinking:
+            message["reasoning_content"] = "\n".join(t for t in thinking if isinstance(t, str))
+        if calls:
+            message["tool_calls"] = calls
+        messages.append(message)
+        sources.append((Part(index),))
+        return
+    results = [
+        b
+        for b, kind in enumerate(kinds)
+        if kind == "tool_result" and isinstance(content[b].get("tool_use_id"), str)
+    ]
+    if not results:
+        messages.append({"role": role, "content": _chat_content(content)})
+        sources.append((Part(index),))
+        return
+    for b in results:
+        block = content[b]
+        result = _chat_content(block.get("content", ""))
+        messages.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": result})
+        sources.append((Part(index, b),))
+    answered = set(results)
+    rest = [b for b in range(len(content)) if b not in answered]
+    if rest:
+        messages.append({"role": role, "content": _chat_content([content[b] for b in rest])})
+        sources.append(tuple(Part(index, b) for b in rest))
+
+
+def _chat_content(content: Any) -> Any:
+    """Content as Chat Completions writes it (what a chat template and `/tokenize` accept): text
+    blocks as text parts, images as image parts, anything else as its JSON text."""
+    if not isinstance(content, list):
+        return content if isinstance(content, str) or content is None else json_text(content)
+    parts: list[Any] = []
+    for block in content:
+        kind = str_field(block.get("type")) if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image" and isinstance(source := block.get("source"), dict):
+            url = source.get("url") or f"data:{source.get('media_type')};base64,{source.get('data')}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        else:
+            parts.append({"type": "text", "text": json_text(block)})
+    return parts
+
+
+def _chat_tool(tool: Any) -> Any:
+    """A client tool in Chat Completions' shape; a server tool (no schema) as it is."""
+    if not (isinstance(tool, dict) and isinstance(tool.get("name"), str) and "input_schema" in tool):
+        return tool
+    function = {"name": tool["name"], "parameters": tool["input_schema"]}
+    if isinstance(tool.get("description"), str):
+        function["description"] = tool["description"]
+    return {"type": "function", "function": function}
+
+
+def _call(block: dict[str, Any]) -> dict[str, Any]:
+    arguments = block.get("input")
+    return {
+        "id": block.get("id"),
+        "type": "function",
+        "function": {
+            "name": block.get("name"),
+            "arguments": json_text(arguments if arguments is not None else {}),
+        },
+    }
+
+
+def _with_note(item: dict[str, Any], blocks: set[int], notes: Mapping[int | None, Any]) -> dict[str, Any]:
+    content = item["content"]
+    kept = [
+        {**block, "content": notes[b]} if b in notes else block
+        for b, block in enumerate(content)
+        if b not in blocks
+    ]
+    return {**item, "content": kept}
+
+
+def _marker(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def _last_usage(tail: bytes) -> dict[str, Any] | None:
+    at = tail.rfind(b'"usage"')
+    start = tail.find(b"{", at) if at >= 0 else -1
+    if start < 0:
+        return None
+    try:
+        usage, _ = json.JSONDecoder().raw_decode(tail[start:].decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    return usage if isinstance(usage, dict) else None

@@ -1,0 +1,189 @@
+"""The seam between the engine and the wire formats: what an adapter must do, and the write-back
+every adapter shares.
+
+The engine (`proxy.compaction`) works on the neutral conversation: a Chat Completions request whose
+`messages` have a `role` (`system`/`developer` leading, `user`, `assistant`, `tool`), text or parts
+`content`, assistant `tool_calls` with ids and tool results with `tool_call_id`. Adapters write it
+as a chat template takes it (text and image parts, `reasoning_content`, function tools), so the
+upstream's own count (`/apply-template`, `/tokenize`) works for every format. An adapter
+reads its wire format into that form (`read`), remembering which original item(s) each neutral
+message stands for (`Part`s), and applies the engine's decisions back onto the ORIGINAL body
+(`write`): a noted tool result gets the note as its content, dropped items are removed and a marker
+in the format's own shape stands where they were. Nothing else in the body changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.chat import Body, ChatPlan
+from proxy.compaction import CompactionResult
+from proxy.tokens import text_of
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """Where a neutral message comes from: an item of the format's list (a message, an input item),
+    or one content block of it when the adapter splits an item into several neutral messages."""
+
+    item: int
+    block: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """A request read into the neutral form. `request` is what the planner sees (model, messages,
+    reply limit, tool schemas); `sources[i]` are the original parts neutral message `i` stands for
+    (none for instructions that live outside the list, which are never compacted)."""
+
+    request: Body
+    sources: Sequence[tuple[Part, ...]] = ()
+    window: int | None = None  # a window the request sets for itself (Ollama's `options.num_ctx`)
+
+
+class WireFormat(Protocol):
+    """One wire format. A new format is one module implementing this, plus one line in
+    `proxy.formats.ROUTES`."""
+
+    name: str  # its metrics label and `/compact` name
+
+    @property
+    def reply_field(self) -> str | None:
+        """Where the request names its reply limit, for errors (None: as Chat Completions does)."""
+        ...
+
+    def read(self, body: Body, params: Mapping[str, str]) -> Conversation | None:
+        """The neutral conversation of a request (`params`: the route's path parameters), or None
+        when the request must be left alone (the server keeps or compacts the history itself).
+        Raises `ProxyError` (400) for a body compaction cannot read."""
+        ...
+
+    def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
+        """The original `body` with `plan`'s decisions applied, and nothing else changed."""
+        ...
+
+    def streamed(self, body: Body) -> bool:
+        """Whether the client asked for a streamed answer."""
+        ...
+
+    def reported_prompt_tokens(self, tail: bytes) -> int | None:
+        """The prompt size the upstream reported at the end of its answer (for calibration)."""
+        ...
+
+    def error_body(self, status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
+        """A proxy error in the shape this format's clients expect."""
+        ...
+
+
+@dataclass(slots=True)
+class Decisions:
+    """The engine's result in terms of the neutral messages it was given."""
+
+    dropped: frozenset[int]
+    notes: dict[int, Any]  # neutral index -> the new content of a noted tool result
+    markers: list[tuple[int, Message]]  # first neutral index of each dropped run -> what stands there
+
+
+def decisions(result: CompactionResult) -> Decisions:
+    """Walk `result.messages` beside the neutral messages: each dropped run has one message in its
+    place (a marker, or a summary), each noted result its new content."""
+    dropped = frozenset(result.dropped)
+    truncated = set(result.truncated) | set(result.capped)  # a capped result is written back like a note
+    notes: dict[int, Any] = {}
+    markers: list[tuple[int, Message]] = []
+    out = iter(result.messages)
+    n = (max(dropped | truncated) + 1) if (dropped or truncated) else 0
+    for i in range(n):
+        if i in dropped:
+            if i - 1 not in dropped:
+                markers.append((i, next(out)))
+            continue
+        message = next(out)
+        if i in truncated:
+            notes[i] = message.get("content")
+    return Decisions(dropped, notes, markers)
+
+
+def marker_text(message: Message) -> str:
+    return text_of(message.get("content"))
+
+
+@dataclass(slots=True)
+class Rebuilt:
+    """The format's list after the decisions: which items and blocks stay, with which notes, and
+    the markers to insert before or after an item."""
+
+    drop_items: set[int] = field(default_factory=set)
+    drop_blocks: dict[int, set[int]] = field(default_factory=dict)
+    notes: dict[int, dict[int | None, Any]] = field(default_factory=dict)  # item -> block -> note
+    before: dict[int, list[Message]] = field(default_factory=dict)
+    after: dict[int, list[Message]] = field(default_factory=dict)
+
+
+def rebuild(conversation: Conversation, plan: ChatPlan) -> Rebuilt:
+    """Map the engine's decisions onto the original items and blocks."""
+    d = decisions(plan.result)
+    sources = conversation.sources
+    out = Rebuilt()
+    kept_before: dict[int, int] = {}  # item -> the first neutral index that keeps a part of it
+    for i, parts in enumerate(sources):
+        for part in parts:
+            if i not in d.dropped:
+                kept_before.setdefault(part.item, i)
+    for i, parts in enumerate(sources):
+        if i in d.dropped:
+            for part in parts:
+                if part.block is None:
+                    out.drop_items.add(part.item)
+                else:
+                    out.drop_blocks.setdefault(part.item, set()).add(part.block)
+        elif i in d.notes:
+            for part in parts:
+                out.notes.setdefault(part.item, {})[part.block] = d.notes[i]
+    for item in out.drop_blocks:
+        if item not in kept_before:  # every block of it went
+            out.drop_items.add(item)
+    for first, marker in d.markers:
+        item = sources[first][0].item
+        # A run that begins inside an item whose earlier blocks stay goes after that item.
+        if kept_before.get(item, first) < first:
+            out.after.setdefault(item, []).append(marker)
+        else:
+            out.before.setdefault(item, []).append(marker)
+    return out
+
+
+def rewrite_items(
+    items: Sequence[Any],
+    rebuilt: Rebuilt,
+    *,
+    item_with: Callable[[Any, set[int], Mapping[int | None, Any]], Any],
+    marker: Callable[[str], Any],
+) -> list[Any]:
+    """The format's list with items dropped, blocks dropped, notes written and markers inserted.
+    `item_with(item, dropped_blocks, notes_by_block)` rewrites one item that stays (block None: the
+    whole item's result); `marker(text)` builds a marker item in the format's shape."""
+    out: list[Any] = []
+    for index, item in enumerate(items):
+        out.extend(marker(marker_text(m)) for m in rebuilt.before.get(index, ()))
+        if index not in rebuilt.drop_items:
+            blocks = rebuilt.drop_blocks.get(index, set())
+            notes = rebuilt.notes.get(index, {})
+            out.append(item_with(item, blocks, notes) if blocks or notes else item)
+        out.extend(marker(marker_text(m)) for m in rebuilt.after.get(index, ()))
+    return out
+
+
+def str_field(value: Any) -> str | None:
+    """A string field of a client's item, else None (a list or an object there must not be compared
+    with names)."""
+    return value if isinstance(value, str) else None
+
+
+def int_field(value: Any) -> int | None:
+    """A positive integer request field, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

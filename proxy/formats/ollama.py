@@ -1,0 +1,25 @@
+"""Ollama's native chat API (`/api/chat`): the same messages as Chat Completions, a window the
+request may set itself (`options.num_ctx`), NDJSON streamed by default, tool results named by
+`tool_name`, the prompt's size reported as `prompt_eval_count`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from proxy.chat import Body
+from proxy.formats.base import Conversation, int_field
+from proxy.formats.chat import ChatCompletions
+
+
+class OllamaChat(ChatCompletions):
+    def __init__(self) -> None:
+        super().__init__(name="ollama")
+
+    def read(self, body: Body, params: Mapping[str, str]) -> Conversation:
+        conversation = super().read(body, params)
+        options = body.get("options")
+        num_ctx = int_field(options.get("num_ctx")) if isinstance(options, dict) else None
+        return Conversation(conversation.request, window=num_ctx)
+
+    def streamed(self, body: Body) -> bool:
+        return body.get("stream") is not False

@@ -1,0 +1,192 @@
+"""OpenAI Responses (`/v1/responses`): `instructions` plus `input`, a string or a list of items.
+
+Read into the neutral conversation: `instructions` and leading system/developer items lead (never
+compacted); user items are user turns; everything the model produced between two of those (output
+messages, reasoning, `function_call`, `custom_tool_call` and other calls) is one assistant turn, so
+a reasoning item stays with the call that follows it; each `*_output` item is a tool result paired
+by `call_id`. Only `function_call_output` and `custom_tool_call_output` results are ever noted (the
+others, screenshots or shell output objects, have no plain text to shorten).
+
+Left alone: a request that continues a stored response (`previous_response_id`: the history is on
+the server), or that asks the server to compact (`context_management`, or a `compaction` item).
+Shapes follow the openai-python 3.x `ResponseCreateParams` types and llama.cpp's
+`server_chat_convert_responses_to_chatcmpl` (which accepts an assistant item only with
+`"type": "message"`, hence the markers' shape).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.chat import Body, ChatPlan
+from proxy.errors import ProxyError, openai_error
+from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items, str_field
+from proxy.tokens import json_text, text_of
+
+NOTED_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+SERVER_COMPACTION = frozenset({"compaction", "compaction_summary"})
+USER_SIDE_ROLES = frozenset({"user", "system", "developer"})
+_INPUT_TOKENS = re.compile(rb'"input_tokens"\s*:\s*(\d+)')
+
+
+class Responses:
+    name = "responses"
+    reply_field = "max_output_tokens"
+
+    def read(self, body: Body, params: Mapping[str, str]) -> Conversation | None:
+        if body.get("previous_response_id") is not None or body.get("context_management") is not None:
+            return None
+        items = body.get("input")
+        if items is None:
+            return None  # nothing to compact (a stored prompt, say): the server judges it
+        model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            raise ProxyError(400, "'model' must be a string.", param="model")
+        messages: list[Message] = []
+        sources: list[tuple[Part, ...]] = []
+        instructions = body.get("instructions")
+        if instructions is not None:
+            messages.append({"role": "system", "content": instructions})
+            sources.append(())
+        if isinstance(items, str):
+            messages.append({"role": "user", "content": items})
+            sources.append((Part(0),))
+        elif isinstance(items, list):
+            if any(
+                isinstance(item, dict) and str_field(item.get("type")) in SERVER_COMPACTION for item in items
+            ):
+                return None
+            _read_items(items, messages, sources)
+        else:
+            raise ProxyError(400, "'input' must be a string or an array of input items.", param="input")
+        request: Body = {"model": model or "", "messages": messages}
+        if isinstance(tools := body.get("tools"), list):
+            request["tools"] = [_chat_tool(tool) for tool in tools]
+        if (reply := int_field(body.get("max_output_tokens"))) is not None:
+            request["max_tokens"] = reply
+        return Conversation(request, sources)
+
+    def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
+        changed = dict(body)
+        items = body.get("input")
+        if isinstance(items, list) and plan.result.changed:
+            rebuilt = rebuild(conversation, plan)
+            changed["input"] = rewrite_items(items, rebuilt, item_with=_with_note, marker=_marker)
+        if plan.max_tokens is not None:
+            changed["max_output_tokens"] = plan.max_tokens
+        return changed
+
+    def streamed(self, body: Body) -> bool:
+        return body.get("stream") is True
+
+    def reported_prompt_tokens(self, tail: bytes) -> int | None:
+        matches = _INPUT_TOKENS.findall(tail)
+        return int(matches[-1]) if matches else None
+
+    error_body = staticmethod(openai_error)
+
+
+def _read_items(items: list[Any], messages: list[Message], sources: list[tuple[Part, ...]]) -> None:
+    turn: Message | None = None  # the assistant turn being gathered
+    turn_parts: list[Part] = []
+
+    def close_turn() -> None:
+        nonlocal turn, turn_parts
+        if turn is not None:
+            if not turn["content"]:
+                turn["content"] = None
+            messages.append(turn)
+            sources.append(tuple(turn_parts))
+        turn, turn_parts = None, []
+
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ProxyError(400, f"input[{index}] must be an object.", param=f"input[{index}]")
+        kind, role, call_id = str_field(item.get("type")), str_field(item.get("role")), item.get("call_id")
+        if kind in (None, "message") and role in USER_SIDE_ROLES:
+            close_turn()
+            messages.append({"role": role, "content": _chat_content(item.get("content"))})
+            sources.append((Part(index),))
+        elif kind is not None and kind.endswith("_output") and isinstance(call_id, str):
+            close_turn()
+            output = item.get("output")
+            # Results with no text to shorten (a screenshot, a shell's output objects) are never noted.
+            content = _chat_content(output) if kind in NOTED_OUTPUTS else [_unnoted(output)]
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+            sources.append((Part(index),))
+        else:
+            if turn is None:
+                turn = {"role": "assistant", "content": []}
+            turn_parts.append(Part(index))
+            _add_to_turn(turn, item, kind, call_id)
+    close_turn()
+
+
+def _add_to_turn(turn: Message, item: dict[str, Any], kind: str | None, call_id: Any) -> None:
+    """One item the model produced, in a neutral assistant message: calls as `tool_calls`,
+    reasoning as `reasoning_content`, text as text parts."""
+    if isinstance(call_id, str):
+        arguments = item.get("arguments")
+        if not isinstance(arguments, str):  # custom tools take free text, others an action: as JSON
+            arguments = json_text(item.get("input", item.get("action", {})))
+        name = str_field(item.get("name")) or kind or "tool"
+        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        turn.setdefault("tool_calls", []).append(call)
+    elif kind == "reasoning":
+        texts = [text_of(item.get("summary")), text_of(item.get("content"))]
+        turn["reasoning_content"] = "\n".join(filter(None, [turn.get("reasoning_content"), *texts]))
+    elif kind in (None, "message"):
+        content = _chat_content(item.get("content"))
+        turn["content"].extend(content if isinstance(content, list) else [{"type": "text", "text": content}])
+    else:  # references, server-side tool calls: counted whole
+        turn["content"].append(_as_text(item))
+
+
+def _chat_content(content: Any) -> Any:
+    """Content as Chat Completions writes it (what a chat template and `/tokenize` accept)."""
+    if not isinstance(content, list):
+        return content if isinstance(content, str) else json_text(content)
+    parts: list[Any] = []
+    for part in content:
+        kind = str_field(part.get("type")) if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.append({"type": "text", "text": part["refusal"]})
+        elif kind == "input_image":
+            parts.append(
+                {"type": "image_url", "image_url": {"url": part.get("image_url") or part.get("file_id")}}
+            )
+        else:
+            parts.append(_as_text(part))
+    return parts
+
+
+def _chat_tool(tool: Any) -> Any:
+    """A function tool in Chat Completions' shape; any other tool as it is."""
+    if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("name"), str)):
+        return tool
+    function = {k: v for k, v in tool.items() if k in ("name", "description", "parameters")}
+    return {"type": "function", "function": function}
+
+
+def _as_text(value: Any) -> dict[str, Any]:
+    return {"type": "text", "text": json_text(value)}
+
+
+def _unnoted(output: Any) -> dict[str, Any]:
+    """A result compaction must not note, as a part with no `text` (what notes shorten): a
+    screenshot as the image it is, anything else whole (counted as its JSON)."""
+    if isinstance(output, dict) and isinstance(url := output.get("image_url"), str):
+        return {"type": "image_url", "image_url": {"url": url}}
+    return {"type": "output", "output": output}
+
+
+def _with_note(item: dict[str, Any], blocks: set[int], notes: Mapping[int | None, Any]) -> dict[str, Any]:
+    return {**item, "output": notes[None]} if None in notes else item
+
+
+def _marker(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": text}

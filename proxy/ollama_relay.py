@@ -1,0 +1,108 @@
+"""Relaying Ollama's native chat answer to an OpenAI client: a Chat Completions object, or its NDJSON
+stream re-framed as SSE chunk by chunk as it arrives (the translation is `proxy.ollama_bridge`).
+
+The prompt size the answer reports goes to `learn`, which says whether the upstream cut the prompt;
+a non-streamed answer then carries `x-compaction-upstream-truncated` (a stream's headers are gone).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import orjson
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from proxy.errors import error_body
+from proxy.metrics import Metrics
+from proxy.ollama_bridge import OllamaBridge, SseTranslator, chat_completion, completion_id, error_from_ollama
+from proxy.planner import Truncation
+from proxy.upstream import map_transport_errors
+
+log = logging.getLogger("proxy.ollama")
+
+Learn = Callable[[int | None], Truncation | None]
+TRUNCATED_HEADER = "x-compaction-upstream-truncated"
+
+
+async def relay_from_ollama(
+    response: httpx.Response, bridge: OllamaBridge, headers: dict[str, str], learn: Learn, metrics: Metrics
+) -> Response:
+    """The OpenAI client's answer for Ollama's `response` (its body still unread)."""
+    if bridge.stream and response.is_success:
+        return _SseResponse(
+            response, SseTranslator(completion_id(), bridge.include_usage), headers, learn, metrics
+        )
+    try:
+        with map_transport_errors():
+            content = await response.aread()
+    finally:
+        await response.aclose()
+    if not response.is_success:
+        return Response(
+            error_from_ollama(response.status_code, content),
+            status_code=response.status_code,
+            media_type="application/json",
+            headers=headers,
+        )
+    try:
+        answer = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict):
+        body = error_body(
+            "The upstream's answer is not JSON.", type="upstream_error", code="bad_upstream_answer"
+        )
+        return Response(body, status_code=502, media_type="application/json", headers=headers)
+    if learn(answer.get("prompt_eval_count")):
+        headers = {**headers, TRUNCATED_HEADER: "true"}
+    return Response(
+        orjson.dumps(chat_completion(answer, completion_id())), media_type="application/json", headers=headers
+    )
+
+
+class _SseResponse(StreamingResponse):
+    """Ollama's NDJSON lines, translated to SSE events as they arrive; the upstream response is closed
+    when the client has it all, goes away, or the upstream fails."""
+
+    def __init__(
+        self,
+        response: httpx.Response,
+        translator: SseTranslator,
+        headers: dict[str, str],
+        learn: Learn,
+        metrics: Metrics,
+    ) -> None:
+        super().__init__(
+            self._events(response, translator, learn),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", **headers},
+        )
+        self.upstream = response
+        self.metrics = metrics
+
+    async def _events(
+        self, response: httpx.Response, translator: SseTranslator, learn: Learn
+    ) -> AsyncIterator[bytes]:
+        try:
+            async for line in response.aiter_lines():
+                if events := translator.line(line.encode()):
+                    yield events
+        except httpx.HTTPError as exc:
+            log.warning("upstream stream failed after the response began: %s: %s", type(exc).__name__, exc)
+            self.metrics.upstream_errors.labels("stream_broken").inc()
+        if translator.done:
+            learn(translator.prompt_eval_count)
+            return
+        message = "The upstream stream broke off before it was done."
+        yield b"data: " + error_body(message, type="upstream_error", code="upstream_stream_error") + b"\n\n"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.metrics.streams_open.inc()
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.upstream.aclose()
+            self.metrics.streams_open.dec()

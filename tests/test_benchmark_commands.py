@@ -1,0 +1,45 @@
+"""Every command BENCHMARKS.md prints runs from the project's venv, in its `--quick` form where it has
+one: a benchmark nobody can run is a figure nobody can check."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.bench
+
+
+def printed_commands() -> list[str]:
+    """The commands of BENCHMARKS.md's index table: `python benchmarks/x.py [--quick] [--other]`."""
+    table = (ROOT / "BENCHMARKS.md").read_text().split("| what | command |", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"`(python benchmarks/[\w./-]+(?: [^`]*)?)`", table)
+
+
+def runnable(command: str) -> list[str]:
+    """The command as a newcomer would first run it: optional flags left out, `--quick` kept."""
+    quick = "[--quick]" in command
+    words = shlex.split(re.sub(r"\[[^\]]*\]", "", command))
+    assert words[0] == "python"
+    return [sys.executable, *words[1:], *(["--quick"] if quick else [])]
+
+
+def test_the_index_lists_the_benchmarks() -> None:
+    scripts = {shlex.split(c)[1] for c in printed_commands()}
+    assert len(scripts) >= 7
+    assert all((ROOT / s).exists() for s in scripts), scripts
+
+
+@pytest.mark.parametrize("command", printed_commands())
+def test_a_printed_benchmark_command_runs(command: str) -> None:
+    if "benchmarks/run.py" in command and shutil.which("wrk") is None:
+        pytest.fail("benchmarks/run.py needs wrk: apt-get install -y wrk (scripts/test.sh does)")
+    done = subprocess.run(runnable(command), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{command}\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}"
+    assert done.stdout.strip(), "a benchmark prints its figures"
