@@ -237,8 +237,9 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         plan = await summarized(request, conversation.request, plan)
         metrics.record_compaction(plan.result)
         if plan.result.overflow:
-            metrics.overflows.labels(settings.overflow).inc()
-            if settings.overflow == "reject":
+            rejected = settings.overflow == "reject" or plan.result.over_window  # never over the window
+            metrics.overflows.labels("reject" if rejected else settings.overflow).inc()
+            if rejected:
                 field = wire.reply_field or plan.reply_field
                 raise context_length_error(replace(plan, reply_field=field))
         if plan.result.changed:

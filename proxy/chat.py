@@ -108,7 +108,7 @@ def budget_for(body: Body, window: ModelWindow, counter: RequestCounter, *, clam
     reply = min(reply_room(body, window), window.reply_reserve) if clamp else reply_room(body, window)
     limit = min(int(window.window * window.threshold), max(window.window - reply, window.window // 2))
     target = int(limit * window.target / window.threshold)
-    return Budget(limit=limit, target=target, fixed=counter.fixed(body))
+    return Budget(limit=limit, target=target, fixed=counter.fixed(body), window=window.window)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +141,21 @@ class ChatPlan:
             headers["x-compaction-max-tokens"] = str(self.max_tokens)
         if self.summarized:
             headers["x-compaction-summarized"] = str(self.summarized)
+        if result.capped:
+            headers["x-compaction-capped"] = ",".join(map(str, result.capped))
+        inside = self._inside_protected()
+        if any(inside.values()):
+            headers["x-compaction-protected"] = " ".join(f"{k}={len(v)}" for k, v in inside.items())
         return headers
+
+    def _inside_protected(self) -> dict[str, list[int]]:
+        """What the agent-loop rules changed inside the protected recent part, by action."""
+        r = self.result
+        return {
+            "truncated": r.inside_protected(r.truncated),
+            "capped": r.inside_protected(r.capped),
+            "dropped": r.inside_protected(r.dropped),
+        }
 
     def report(self) -> dict[str, Any]:
         result = self.result
@@ -158,7 +172,14 @@ class ChatPlan:
             "truncated": list(result.truncated),
             "dropped": list(result.dropped),
             "protected_dropped": result.protected_dropped,
+            "capped": list(result.capped),
+            "protected_from": result.protected_from,
+            "inside_protected": self._inside_protected(),
             "overflow": result.overflow,
+            "over_window": result.over_window,
+            "oversized": (
+                {"index": result.oversized[0], "tokens": result.oversized[1]} if result.oversized else None
+            ),
             "counted_by": self.counted_by,
             "calibration_factor": self.factor,
             "max_tokens": self.max_tokens,
@@ -171,6 +192,7 @@ class ChatPlan:
             f"Context optimized: model={self.model or '-'} tokens {r.tokens_before} -> {r.tokens_after} "
             f"(line {self.budget.limit}, window {self.window.window}): truncated {len(r.truncated)} tool "
             f"results, dropped {len(r.dropped)} messages"
+            + (f", capped {len(r.capped)} results" if r.capped else "")
             + (f" ({self.summarized} runs summarised)" if self.summarized else "")
             + (", still over the line" if r.overflow else "")
         )
@@ -188,7 +210,11 @@ def plan_chat(
 ) -> ChatPlan:
     """Compact one validated request for `window`, counting with `counter`."""
     budget = budget_for(body, window, counter, clamp=clamp)
-    policy = replace(policy, keep_recent_turns=window.keep_recent_turns)
+    policy = replace(
+        policy,
+        keep_recent_turns=window.keep_recent_turns,
+        keep_recent_tool_results=window.keep_recent_tool_results,
+    )
     result = compact(messages, budget, counter.message, policy, memo)
     max_tokens = None
     requested = requested_reply(body)
@@ -214,6 +240,23 @@ def context_length_error(plan: ChatPlan) -> ProxyError:
         reply = (
             f" The reply limit you asked for ({plan.reply_field}={plan.reply}) leaves {plan.budget.limit} "
             "tokens of the window for the prompt: lower it to leave more."
+        )
+    if r.over_window:
+        culprit = ""
+        if r.oversized:
+            index, tokens = r.oversized
+            culprit = (
+                f" messages[{index}] alone is about {tokens} tokens, and a system prompt or user message is"
+                " never cut."
+            )
+        return ProxyError(
+            400,
+            f"This model's maximum context length is {plan.window.window} tokens. However, your messages "
+            f"resulted in about {r.tokens_before} tokens, and no compaction can make them fit: the system "
+            f"prompt, the tool schemas and the user messages alone do not fit.{culprit} Please reduce the "
+            f"length of the messages.{reply}",
+            code="context_length_exceeded",
+            param="messages",
         )
     return ProxyError(
         400,

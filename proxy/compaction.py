@@ -16,7 +16,16 @@ again on every turn and must make the same decisions again without being told:
 - Batches. When a request crosses the line, compaction goes down to the *target* (below the line),
   not just under the line, so the next turns have room to grow before anything moves again.
 
-Each message is counted once per call; the replay moves two pointers forward, so the whole call is
+Agent loops. A coding agent sends one request followed by hundreds of tool calls, so the protected
+part is the whole conversation. When the seed's rules cannot bring a request under the line, the
+engine goes on inside the protected part, never touching user messages or leading system messages:
+older tool results there get notes (the last `keep_recent_tool_results` stay whole), a kept result
+too big for what is left is capped to its head, tail and error lines, and older tool exchanges (an
+assistant `tool_calls` message with all its results) are dropped, oldest first. Nothing is thrown away
+for nothing: when all that still ends over the line, the request goes back as it came if it fits the
+window (marked over the line), else `over_window` says which message, never cut, is too big.
+
+Each message is counted once per call; the replay moves pointers forward, so the whole call is
 linear in the size of the history.
 """
 
@@ -32,6 +41,7 @@ from typing import Any, Protocol
 from proxy.notes import (
     TYPICAL_FACTS,
     build_note,
+    cap_text,
     dropped_marker,
     is_dropped_marker,
     is_note,
@@ -48,6 +58,13 @@ MIN_NOTE_CHARS = 80  # a note's own words, besides its preview
 MAX_SETTLE_ROUNDS = 3
 # Counts of concatenated text differ from the sum of their parts by a token or two at the seams.
 ADDITIVITY_SLACK = 3
+# A kept tool result takes at most this share of the target before older exchanges are dropped for it.
+KEPT_RESULT_SHARE = 0.5
+# Inside a loop, older exchanges are dropped down to this share of the target: each drop changes the
+# history near its start (the whole prompt cache is lost), so drops come in big, rare batches.
+LOOP_DROP_SHARE = 0.5
+MIN_CAP_TOKENS = 256  # less would keep too little to be worth more than a note
+CAP_ROUNDS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +75,14 @@ class Budget:
     limit: int
     target: int
     fixed: int = 0
+    window: int | None = None  # the model's real window: never returned compacted above it
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
     keep_recent_turns: int = 2
+    # Inside the protected part, the last tool results that are never noted or dropped (but may be capped).
+    keep_recent_tool_results: int = 3
     protected_tools: tuple[str, ...] = ()
     preview_chars: int = 150
     # Tokens to reserve where dropped exchanges are replaced (a summary goes there, when summarising).
@@ -81,10 +101,20 @@ class CompactionResult:
     dropped: tuple[int, ...] = ()
     protected_dropped: bool = False
     overflow: bool = False
+    capped: tuple[int, ...] = ()  # tool results cut to their head, tail and error lines
+    protected_from: int = 0  # where the protected recent part starts (the seed's rules stop there)
+    # Over the window whatever is done: the messages are returned unchanged, and this is the biggest
+    # message that may not be cut (a system or user message), with its tokens.
+    over_window: bool = False
+    oversized: tuple[int, int] | None = None
 
     @property
     def changed(self) -> bool:
-        return bool(self.truncated or self.dropped)
+        return bool(self.truncated or self.dropped or self.capped)
+
+    def inside_protected(self, indices: Sequence[int]) -> list[int]:
+        """Those of `indices` inside the protected recent part (the agent-loop rules changed them)."""
+        return [i for i in indices if i >= self.protected_from]
 
     @property
     def runs(self) -> list[range]:
@@ -99,8 +129,8 @@ class CompactionResult:
 
     @property
     def level(self) -> int:
-        """The highest level used: 0 nothing, 1 tool results truncated, 2 exchanges dropped."""
-        return 2 if self.dropped else 1 if self.truncated else 0
+        """The highest level used: 0 nothing, 1 tool results truncated or capped, 2 exchanges dropped."""
+        return 2 if self.dropped else 1 if self.truncated or self.capped else 0
 
 
 class NoteMemo(Protocol):
@@ -138,6 +168,15 @@ class _Unit:
 
 
 @dataclass(slots=True)
+class _Exchange:
+    """An assistant `tool_calls` message and all its results, which follow it: dropped whole."""
+
+    start: int
+    end: int
+    droppable: bool
+
+
+@dataclass(slots=True)
 class _Replay:
     messages: Sequence[Message]
     costs: list[int]
@@ -146,6 +185,7 @@ class _Replay:
     policy: Policy
     memo: NoteMemo | None = None
     notes: dict[int, str] = field(default_factory=dict)
+    caps: dict[int, str] = field(default_factory=dict)
     # Tool results planned as notes: their text, tool, arguments and cost before the plan.
     planned: dict[int, tuple[str, str | None, str | None, int]] = field(default_factory=dict)
     facts_cost: int = 0
@@ -154,20 +194,26 @@ class _Replay:
     roles: list[str] = field(default_factory=list)
     calls: dict[str, tuple[int, str | None, str | None]] = field(default_factory=dict)
     skipped: list[_Unit] = field(default_factory=list)
+    users: list[int] = field(default_factory=list)
+    tools: list[int] = field(default_factory=list)
+    units: list[_Unit] = field(default_factory=list)
+    exchanges: list[_Exchange] = field(default_factory=list)
     protected_dropped: bool = False
     marker_cost: int = 0
     acc: int = 0
     next_tool: int = 0
     next_unit: int = 0
+    next_exchange: int = 0
 
     def run(self, before: int) -> CompactionResult:
         messages, n = self.messages, len(self.messages)
         self.roles = [r if isinstance(r := m.get("role"), str) else "" for m in messages]
         self.dropped = [False] * n
         self._index_calls()
-        users = [i for i in range(self._head_end(), n) if self.roles[i] == "user"]
-        units = self._units(users)
-        tools = [i for i in range(n) if self.roles[i] in TOOL_ROLES]
+        self.users = [i for i in range(self._head_end(), n) if self.roles[i] == "user"]
+        self.units = self._units(self.users)
+        self.tools = [i for i in range(n) if self.roles[i] in TOOL_ROLES]
+        self.exchanges = self._exchanges()
         self.marker_cost = max(self.count(dropped_marker(n)), self.policy.gap_tokens)
         self.empty_cost = self.count({"content": ""})
         self.facts_cost = self.count({"content": TYPICAL_FACTS}) - self.empty_cost
@@ -177,17 +223,16 @@ class _Replay:
             # Each earlier request ended where an assistant reply begins; the last one ends here.
             at_request = i == n or (i > 0 and self.roles[i] == "assistant")
             if at_request and self.acc > self.budget.limit:
-                self._shrink(self._protected_start(users, i), tools, units)
+                self._shrink(i)
             if i < n:
                 self.acc += self.costs[i]
         # Notes were costed with their facts' budget; write the surviving ones (within that budget)
         # and, should a count not add up after all, keep compacting the final request.
-        keep_from = self._protected_start(users, n)
         for _ in range(MAX_SETTLE_ROUNDS):
             self._write_notes()
             if self.acc <= self.budget.limit:
                 break
-            self._shrink(keep_from, tools, units)
+            self._shrink(n)
         self._write_notes()
         return self._result(before)
 
@@ -251,9 +296,54 @@ class _Replay:
             units.append(_Unit(start, end, protected, droppable))
         return units
 
-    def _shrink(self, keep_from: int, tools: list[int], units: list[_Unit]) -> None:
-        """Bring the request checked now down to the target, touching nothing at or after `keep_from`."""
-        budget = self.budget
+    def _exchanges(self) -> list[_Exchange]:
+        """The tool exchanges, in order. One whose results do not all follow it (or that holds a
+        protected tool) is never dropped: that would leave an orphan, or lose what cannot be fetched."""
+        n = len(self.messages)
+        last_result: dict[int, int] = {}
+        for i in self.tools:
+            call = self._call_of(i)[0]
+            if call != i:
+                last_result[call] = i
+        first = self.users[0] if self.users else n
+        out = []
+        for i in range(first + 1, n):
+            if self.roles[i] != "assistant" or not self.messages[i].get("tool_calls"):
+                continue
+            end = i + 1
+            while end < n and self.roles[end] in TOOL_ROLES:
+                end += 1
+            results = range(i + 1, end)
+            droppable = (
+                last_result.get(i, i) < end
+                and all(self._call_of(j)[0] in (i, j) for j in results)
+                and not any(self._is_protected(self._call_of(j)[1]) for j in results)
+                and not any(self._is_protected(name) for name in self._call_names(i))
+            )
+            out.append(_Exchange(i, end, droppable))
+        return out
+
+    def _call_names(self, i: int) -> list[str]:
+        calls = self.messages[i].get("tool_calls")
+        names = []
+        for call in calls if isinstance(calls, list) else ():
+            function = call.get("function") if isinstance(call, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if isinstance(name, str):
+                names.append(name)
+        return names
+
+    def _shrink(self, end: int) -> None:
+        """Bring the request `messages[:end]` down to the target: the seed's rules first, then, when
+        they cannot get it under the line, the agent-loop rules inside the protected part."""
+        keep_from = self._protected_start(self.users, end)
+        self._shrink_old(keep_from)
+        if self.acc > self.budget.limit:
+            self._shrink_loop(end)
+
+    def _shrink_old(self, keep_from: int) -> None:
+        """The seed's rules: touch nothing at or after `keep_from`."""
+        budget, tools, units = self.budget, self.tools, self.units
         while self.acc > budget.target and self.next_tool < len(tools) and tools[self.next_tool] < keep_from:
             i = tools[self.next_tool]
             self.next_tool += 1
@@ -273,12 +363,55 @@ class _Replay:
             if unit.protected:
                 self.skipped.append(unit)
             elif unit.droppable:
-                self._drop(unit)
+                self._drop(unit.start, unit.end)
         # Protected exchanges go only when nothing else is left, and only as far as the line.
         nothing_else = self.next_unit == len(units) or units[self.next_unit].end > keep_from
         while self.acc > budget.limit and nothing_else and self.skipped:
-            self._drop(self.skipped.pop(0))
+            unit = self.skipped.pop(0)
+            self._drop(unit.start, unit.end)
             self.protected_dropped = True
+
+    def _shrink_loop(self, end: int) -> None:
+        """Inside the protected part of `messages[:end]`: notes for all but the last kept tool results,
+        then caps for kept results bigger than their share, then older exchanges dropped, then caps
+        for what still does not fit. User messages and assistant answers are never touched."""
+        budget, tools = self.budget, self.tools
+        last = bisect.bisect_left(tools, end)
+        kept = tools[max(0, last - self.policy.keep_recent_tool_results) : last]
+        first_kept = kept[0] if kept else end
+        # Every older result at once, not just down to the target: the next calls then append to an
+        # unchanged prefix for longer, and each move costs the cache only the results kept last time.
+        while self.next_tool < last and tools[self.next_tool] < first_kept:
+            i = tools[self.next_tool]
+            self.next_tool += 1
+            if not self.dropped[i]:
+                self._truncate(i)
+        if self.acc <= budget.limit:
+            return
+        # A huge recent result is cut before older exchanges are given up for it.
+        share = max(MIN_CAP_TOKENS, int(budget.target * KEPT_RESULT_SHARE))
+        for i in sorted(kept, key=lambda i: -self.costs[i]):
+            if self.acc <= budget.limit or self.costs[i] <= share:
+                break
+            self._cap(i, max(share, self.costs[i] - (self.acc - budget.target)))
+        if self.acc <= budget.limit:
+            return
+        exchanges = self.exchanges
+        drop_to = int(budget.target * LOOP_DROP_SHARE)
+        while (
+            self.acc > drop_to
+            and self.next_exchange < len(exchanges)
+            and exchanges[self.next_exchange].end <= first_kept
+        ):
+            exchange = exchanges[self.next_exchange]
+            self.next_exchange += 1
+            if exchange.droppable:
+                self._drop(exchange.start, exchange.end)
+        # Whatever is still over: the kept results, biggest first, down to what is left for them.
+        for i in sorted(kept, key=lambda i: -self.costs[i]):
+            if self.acc <= budget.limit:
+                break
+            self._cap(i, self.costs[i] - (self.acc - budget.target))
 
     def _truncate(self, i: int) -> None:
         """Plan a note for tool result `i`. Building a note means finding the facts in the result, the
@@ -292,9 +425,15 @@ class _Replay:
         text = text_of(content)
         if len(text) <= self.policy.preview_chars + MIN_NOTE_CHARS:
             return  # the note would be as long as the result
-        head = note_without_facts(
-            text, tool=tool, arguments=arguments, preview_chars=self.policy.preview_chars
-        )
+        # The head is found again at every call of a loop (its outline scans the whole result): memoised.
+        key = ("head", hash(text), len(text), tool, arguments, self.policy.preview_chars)
+        head = self.memo.get(key) if self.memo is not None else None
+        if head is None:
+            head = note_without_facts(
+                text, tool=tool, arguments=arguments, preview_chars=self.policy.preview_chars
+            )
+            if self.memo is not None:
+                self.memo.put(key, head)
         cost = self.count({**message, "content": head}) + self.facts_cost + ADDITIVITY_SLACK
         if cost < self.costs[i]:
             self.planned[i] = (text, tool, arguments, self.costs[i])
@@ -331,18 +470,51 @@ class _Replay:
                 self.memo.put(key, note)
         return note
 
+    def _cap(self, i: int, tokens: int) -> None:
+        """Cut kept tool result `i` to about `tokens`, keeping its head, tail and error lines."""
+        message = self.messages[i]
+        content = message.get("content")
+        _, tool, _ = self._call_of(i)
+        if (
+            self.dropped[i]
+            or i in self.notes
+            or i in self.planned
+            or self._is_protected(tool)
+            or is_note(content)
+        ):
+            return
+        text = text_of(content)
+        tokens = max(MIN_CAP_TOKENS, tokens)
+        if tokens >= self.costs[i] or not text:
+            return
+        chars = int(len(text) * tokens / max(1, self.costs[i]))
+        for _ in range(CAP_ROUNDS):
+            capped = cap_text(text, chars, tool=tool)
+            if capped is None:
+                return
+            cost = self.count({**message, "content": capped})
+            if cost <= tokens:
+                if cost < self.costs[i]:
+                    self.caps[i] = capped
+                    self.acc -= self.costs[i] - cost
+                    self.costs[i] = cost
+                return
+            chars = int(chars * tokens / cost * 0.95)
+
     def _facts_fit(self, kept: str) -> bool:
         """Whether a note's facts section stays within what the plan costed it at."""
         return self.count({"content": kept}) - self.empty_cost <= self.facts_cost
 
-    def _drop(self, unit: _Unit) -> None:
-        joins_gap = unit.start > 0 and self.dropped[unit.start - 1]
-        joins_next = unit.end < len(self.dropped) and self.dropped[unit.end]
-        for i in range(unit.start, unit.end):
-            self.dropped[i] = True
+    def _drop(self, start: int, end: int) -> None:
+        dropped = self.dropped
+        for i in range(start, end):
+            if dropped[i]:
+                continue
+            # Each run of dropped messages is replaced by one marker: this one starts, extends or joins runs.
+            joins = (i > 0 and dropped[i - 1]) + (i + 1 < len(dropped) and dropped[i + 1])
+            dropped[i] = True
             self.acc -= self.costs[i]
-        # Each run of dropped messages is replaced by one marker.
-        self.acc += self.marker_cost * (1 - joins_gap - joins_next)
+            self.acc += self.marker_cost * (1 - joins)
 
     def _result(self, before: int) -> CompactionResult:
         out: list[Message] = []
@@ -356,7 +528,27 @@ class _Replay:
                 out.append(marker := dropped_marker(run))
                 after += self.count(marker) - self.marker_cost  # the real marker, not its reserve
                 run = 0
-            out.append({**message, "content": self.notes[i]} if i in self.notes else message)
+            content = self.notes.get(i, self.caps.get(i))
+            out.append(message if content is None else {**message, "content": content})
+        if run:
+            out.append(marker := dropped_marker(run))
+            after += self.count(marker) - self.marker_cost
+        protected_from = self._protected_start(self.users, len(self.messages))
+        window = self.budget.window
+        if window is not None and after > self.budget.limit and (after > window or before <= window):
+            # Still over the line: compacting was for nothing when the request fits the window as it
+            # came (it goes out as it came, marked), or when nothing fits it (a 400 naming the culprit).
+            over = before > window
+            return CompactionResult(
+                messages=list(self.messages),
+                tokens_before=before,
+                tokens_after=before,
+                limit=self.budget.limit,
+                overflow=True,
+                protected_from=protected_from,
+                over_window=over,
+                oversized=self._oversized() if over else None,
+            )
         return CompactionResult(
             messages=out,
             tokens_before=before,
@@ -366,4 +558,15 @@ class _Replay:
             dropped=tuple(i for i, gone in enumerate(self.dropped) if gone),
             protected_dropped=self.protected_dropped,
             overflow=after > self.budget.limit,
+            capped=tuple(sorted(i for i in self.caps if not self.dropped[i] and i not in self.notes)),
+            protected_from=protected_from,
         )
+
+    def _oversized(self) -> tuple[int, int] | None:
+        """The biggest message compaction may not cut: a leading system message or a user message."""
+        never_cut = [i for i, role in enumerate(self.roles) if role in LEADING_ROLES or role == "user"]
+        if not never_cut:
+            return None
+        sizes = {i: self.count(self.messages[i]) for i in never_cut}
+        i = max(never_cut, key=lambda i: (sizes[i], -i))
+        return i, sizes[i]

@@ -74,6 +74,12 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.loop_messages = Counter(
+            "compacting_proxy_protected_messages",
+            "Messages inside the protected recent part changed by the agent-loop rules, by action.",
+            ["action"],
+            registry=r,
+        )
         self.upstream_truncations = Counter(
             "compacting_proxy_upstream_truncations",
             "Chat answers whose reported prompt size shows the upstream cut the prompt silently.",
@@ -91,6 +97,13 @@ class Metrics:
         if result.changed:
             self.compactions.labels(str(result.level)).inc()
             self.tokens_saved.inc(max(0, result.tokens_before - result.tokens_after))
+            for action, indices in (
+                ("truncated", result.truncated),
+                ("capped", result.capped),
+                ("dropped", result.dropped),
+            ):
+                if inside := len(result.inside_protected(indices)):
+                    self.loop_messages.labels(action).inc(inside)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -168,7 +168,7 @@ class Planner:
         else:
             factor = plan.factor * 1.5
         harder = self._plan(body, body["messages"], window, _spec(plan), factor)
-        if harder.result.messages == plan.result.messages:
+        if harder.result.over_window or harder.result.messages == plan.result.messages:
             return None
         return harder
 

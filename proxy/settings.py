@@ -45,6 +45,7 @@ class ModelOverride(BaseModel):
     threshold: float | None = Field(default=None, gt=0, le=1)
     target: float | None = Field(default=None, gt=0, le=1)
     keep_recent_turns: int | None = Field(default=None, ge=1)
+    keep_recent_tool_results: int | None = Field(default=None, ge=0)
     reply_reserve: int | None = Field(default=None, ge=0)
 
     @field_validator("tokenizer")
@@ -64,6 +65,7 @@ class ModelWindow:
     keep_recent_turns: int
     reply_reserve: int
     tokenizer: str = "estimate"
+    keep_recent_tool_results: int = 3
     auto: bool = False
     requested: int | None = None  # the window the request set itself (Ollama's `num_ctx`)
 
@@ -90,6 +92,7 @@ class Settings(BaseSettings):
     threshold: float = Field(default=0.8, gt=0, le=1)
     target: float = Field(default=0.6, gt=0, le=1)
     keep_recent_turns: int = Field(default=2, ge=1)
+    keep_recent_tool_results: int = Field(default=3, ge=0)
     reply_reserve: int = Field(default=1024, ge=0)
     models: dict[str, ModelOverride] = Field(default_factory=dict)
     model_windows: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
@@ -191,6 +194,11 @@ class Settings(BaseSettings):
             threshold=threshold,
             target=min(threshold, self.target if o.target is None else o.target),
             keep_recent_turns=self.keep_recent_turns if o.keep_recent_turns is None else o.keep_recent_turns,
+            keep_recent_tool_results=(
+                self.keep_recent_tool_results
+                if o.keep_recent_tool_results is None
+                else o.keep_recent_tool_results
+            ),
             reply_reserve=self.reply_reserve if o.reply_reserve is None else o.reply_reserve,
         )
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from proxy.notes import NOTE_PREFIX
+from proxy.notes import CAP_WORDS, NOTE_PREFIX
 from tests.conversations import bike_shop_chat
 from tests.fakes import ClosingStream, RecordingUpstream, completion, proxy_client, sse_chunks
 
@@ -35,7 +35,7 @@ async def test_under_the_line_the_body_is_forwarded_byte_for_byte() -> None:
 async def test_over_the_line_the_upstream_receives_the_compacted_chat() -> None:
     upstream = RecordingUpstream()
     body = {"model": "llama3.1:8b", "messages": bike_shop_chat(), "options": {"num_ctx": 8000}, "seed": 7}
-    async with proxy_client(upstream, window=8000) as client:
+    async with proxy_client(upstream, window=8000, keep_recent_tool_results=1) as client:
         response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == 200
     sent = upstream.last_json()
@@ -52,7 +52,9 @@ async def test_over_the_line_the_upstream_receives_the_compacted_chat() -> None:
 async def test_per_model_windows_decide(caplog: pytest.LogCaptureFixture) -> None:
     upstream = RecordingUpstream()
     body = {"model": "big-model", "messages": bike_shop_chat()}
-    async with proxy_client(upstream, window=8000, model_windows="big-*=128000") as client:
+    async with proxy_client(
+        upstream, window=8000, keep_recent_tool_results=1, model_windows="big-*=128000"
+    ) as client:
         untouched = await client.post("/v1/chat/completions", json=body)
         with caplog.at_level("INFO", logger="proxy"):
             compacted = await client.post("/v1/chat/completions", json={**body, "model": "small"})
@@ -87,7 +89,7 @@ async def test_streaming_passes_chunks_through_and_closes_the_upstream() -> None
 async def test_streaming_compacted_request_carries_the_headers() -> None:
     upstream = RecordingUpstream()
     body = {"model": "m", "messages": bike_shop_chat(), "stream": True}
-    async with proxy_client(upstream, window=8000) as client:
+    async with proxy_client(upstream, window=8000, keep_recent_tool_results=1) as client:
         response = await client.post("/v1/chat/completions", json=body)
     assert response.headers["x-compaction-truncated"] == "1"
     assert response.content.endswith(b"data: [DONE]\n\n")
@@ -195,12 +197,28 @@ async def test_overflow_reject_answers_context_length_exceeded() -> None:
 
 async def test_overflow_forward_sends_the_best_effort_and_marks_it() -> None:
     upstream = RecordingUpstream()
-    body = {"model": "m", "messages": [{"role": "user", "content": "x" * 40000}]}
+    # Over the line (6,400), within the window (8,000): it may go out, marked.
+    body = {"model": "m", "messages": [{"role": "user", "content": "x" * 28000}]}
     async with proxy_client(upstream, window=8000) as client:
         response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == 200
     assert response.headers["x-compaction-overflow"] == "true"
     assert json.loads(upstream.last.content) == body
+
+
+async def test_over_the_window_is_never_forwarded_even_with_overflow_forward() -> None:
+    upstream = RecordingUpstream()
+    chat = [*bike_shop_chat(), {"role": "assistant", "content": "Sure."}]
+    chat.append({"role": "user", "content": "Here is my log: " + "x" * 40000})
+    async with proxy_client(upstream, window=8000) as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": chat})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
+    assert (
+        "messages[11] alone is about 10008 tokens" in error["message"] and "8000 tokens" in error["message"]
+    )
+    assert upstream.requests == []
 
 
 async def test_headers_hop_by_hop_dropped_authorization_forwarded() -> None:
@@ -280,9 +298,13 @@ async def test_dry_run_reports_without_calling_the_upstream() -> None:
         response = await client.post("/compact", json={"model": "m", "messages": bike_shop_chat()})
     assert response.status_code == 200
     report = response.json()["report"]
-    assert report["compacted"] and report["truncated"] == [3] and report["limit"] == 6400
+    # The request after the second search was over the line with everything protected: the first
+    # result was capped then (the three last results are kept), and stays capped.
+    assert report["compacted"] and report["truncated"] == [] and report["capped"] == [3]
+    assert report["limit"] == 6400 and report["protected_from"] == 5 and not report["over_window"]
+    assert report["inside_protected"] == {"truncated": [], "capped": [], "dropped": []}
     assert report["tokens_before"] > report["tokens_after"]
-    assert response.json()["messages"][3]["content"].startswith(NOTE_PREFIX)
+    assert CAP_WORDS in response.json()["messages"][3]["content"]
     assert upstream.requests == []
 
 

@@ -35,7 +35,7 @@ def long_body() -> dict[str, Any]:
 async def test_a_compressed_chat_is_decoded_compacted_and_forwarded(encoding: str, compress: Any) -> None:
     upstream = RecordingUpstream()
     body = long_body()
-    async with proxy_client(upstream, window=8000) as client:
+    async with proxy_client(upstream, window=8000, keep_recent_tool_results=1) as client:
         response = await client.post(
             "/v1/chat/completions",
             content=compress(json.dumps(body).encode()),
@@ -73,7 +73,10 @@ async def test_a_body_that_cannot_be_decoded_gets_a_clear_error(
 
 def test_a_gzipped_long_chat_through_the_real_process() -> None:
     body = long_body()
-    with serve_in_thread() as upstream, running_proxy(upstream.url, 8000, tokenizer="chars4") as proxy:
+    with (
+        serve_in_thread() as upstream,
+        running_proxy(upstream.url, 8000, tokenizer="chars4", keep_recent_tool_results="1") as proxy,
+    ):
         response = httpx.post(
             f"{proxy.base_url}/v1/chat/completions",
             content=gzip.compress(json.dumps(body).encode()),

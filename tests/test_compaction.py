@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.compaction import Budget, CompactionResult, Policy, compact
-from proxy.notes import DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
+from proxy.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
 from proxy.tokens import RequestCounter, count_chars4
 from tests.conversations import SYSTEM, agent_chat, bike_shop_chat, order_result, tool_call
 
@@ -43,7 +43,9 @@ def test_bike_shop_truncates_the_oldest_tool_result_first() -> None:
     original = copy.deepcopy(chat)
     budget = window_budget(8000)
     assert total(chat) > budget.limit
-    result = run(chat, budget)
+    # One kept result: the second search's request notes the first result (the default keeps three
+    # results and caps the first instead: test_a_request_over_the_line_with_everything_protected_caps).
+    result = run(chat, budget, keep_recent_tool_results=1)
     assert chat == original, "the input must not be mutated"
     assert result.truncated == (3,) and result.dropped == ()
     assert result.tokens_after <= budget.limit
@@ -62,14 +64,42 @@ def test_bike_shop_drops_old_exchanges_when_truncating_is_not_enough() -> None:
     chat.append({"role": "assistant", "content": "Done: return R-1 opened."})
     chat.append({"role": "user", "content": "Thanks! Anything else I should know?"})
     budget = window_budget(8000)
-    result = run(chat, budget)
+    result = run(chat, budget, keep_recent_turns=1)  # the seed's rules suffice at every request
     assert result.truncated == (3,) or 3 in result.dropped
     assert result.dropped == (2, 3, 4)
     assert result.tokens_after <= budget.limit
     assert [m["role"] for m in result.messages[:4]] == ["system", "user", "assistant", "user"]
     assert is_dropped_marker(result.messages[2]) and "3 earlier messages" in result.messages[2]["content"]
     assert result.messages[1] is chat[1], "the first request is never dropped"
-    assert all(a is b for a, b in zip(result.messages[3:], chat[5:], strict=True))
+    assert result.messages[3] is chat[5]
+
+
+def test_loop_rules_drop_a_tool_exchange_but_keep_the_answer() -> None:
+    """The same chat with the default rules: the request after the second search is over the line with
+    everything protected, so the old exchange (call and result) goes and the answer (a decision) stays;
+    the last result is capped to what is left. Nothing is dropped at the final request."""
+    chat = bike_shop_chat()
+    chat[4]["content"] = "Long apology. " * 1500
+    chat.append({"role": "assistant", "content": "Done: return R-1 opened."})
+    chat.append({"role": "user", "content": "Thanks! Anything else I should know?"})
+    budget = window_budget(8000)
+    result = run(chat, budget, keep_recent_tool_results=1)
+    assert result.dropped == (2, 3) and result.capped == (7,) and not result.overflow
+    assert result.tokens_after <= budget.limit
+    assert is_dropped_marker(result.messages[2]) and "2 earlier messages" in result.messages[2]["content"]
+    assert result.messages[3] is chat[4], "the answer stays"
+    assert [m is c for m, c in zip(result.messages[4:], chat[5:], strict=True)] == [
+        True,
+        True,
+        False,
+        True,
+        True,
+        True,
+        True,
+    ]
+    capped = result.messages[6]["content"]
+    assert capped.startswith(chat[7]["content"][:40]) and "chars cut here" in capped
+    assert "call search_parts again" in capped and capped.endswith(chat[7]["content"][-40:])
 
 
 def test_reported_tokens_match_a_recount() -> None:
@@ -110,10 +140,14 @@ def test_empty_messages() -> None:
     assert result.messages == [] and not result.changed
 
 
-def test_fewer_requests_than_keep_recent_turns_protects_everything() -> None:
+def test_fewer_requests_than_keep_recent_turns_protects_every_user_message() -> None:
     chat = bike_shop_chat()[:5]
-    result = run(chat, window_budget(1000))
-    assert not result.changed and result.overflow
+    budget = window_budget(1000)
+    result = run(chat, budget)
+    # The seed's rules protect everything; the loop rules cap the one (kept) result to what is left.
+    assert result.capped == (3,) and not result.dropped and not result.overflow
+    assert result.messages[:3] == chat[:3] and result.messages[4] == chat[4]
+    assert result.tokens_after <= budget.limit
 
 
 def test_parallel_tool_calls_are_dropped_together() -> None:
@@ -145,17 +179,19 @@ def test_content_parts_are_counted_and_compacted() -> None:
     ]
     counter = RequestCounter(count_chars4, image_tokens=500)
     assert counter.message(chat[0]) >= 500
-    result = compact(chat, Budget(limit=2000, target=1500), counter.message)
+    result = compact(
+        chat, Budget(limit=2000, target=1500), counter.message, Policy(keep_recent_tool_results=0)
+    )
     assert result.truncated == (2,)
     assert result.messages[2]["content"].startswith(NOTE_PREFIX)
     assert "lookup" in result.messages[2]["content"]
 
 
 def test_notes_are_never_truncated_again() -> None:
-    first = run(bike_shop_chat(), window_budget(8000))
+    first = run(bike_shop_chat(), window_budget(8000), keep_recent_tool_results=1)
     note = first.messages[3]
     grown = [*first.messages[:-1], {"role": "user", "content": "Great. " + "Open a return. " * 140}]
-    again = run(grown, Budget(limit=4000, target=3000), keep_recent_turns=1)
+    again = run(grown, Budget(limit=4000, target=3000), keep_recent_turns=1, keep_recent_tool_results=1)
     assert again.truncated == (7,), "the note at 3 is not truncated again"
     assert again.messages[3] is note
 
@@ -220,31 +256,46 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
 def test_invariants(chat: list[dict[str, Any]], window: int, keep: int) -> None:
     original = copy.deepcopy(chat)
     budget = window_budget(window)
+    budget = Budget(budget.limit, budget.target, window=window)
     result = run(chat, budget, keep_recent_turns=keep)
     assert chat == original
+    assert_invariants(chat, result, budget, keep)
+    # Idempotence: compacting a compacted history changes nothing.
+    if not result.overflow:
+        assert run(result.messages, budget, keep_recent_turns=keep).messages == result.messages
+
+
+def assert_invariants(
+    chat: list[dict[str, Any]], result: CompactionResult, budget: Budget, keep: int = 2
+) -> None:
     out = result.messages
-    before = total(chat)
+    before = total(chat) + budget.fixed
     assert result.tokens_before == before
-    assert result.tokens_after == total(out)
+    assert result.tokens_after == total(out) + budget.fixed
     if before <= budget.limit:
         assert out == chat and not result.changed
-    assert result.overflow == (result.tokens_after > budget.limit)
+    assert result.overflow == (result.tokens_after > budget.limit) or result.over_window
+    if result.over_window:
+        assert out == chat, "nothing is dropped for nothing"
+        assert budget.window is not None and result.oversized is not None
+    elif budget.window is not None:
+        assert result.tokens_after <= budget.window
+        if result.overflow and before <= budget.window:
+            assert out == chat, "still over the line: nothing dropped for nothing"
 
-    # Leading system/developer messages and the first request are never changed.
+    # Leading system/developer messages and every user message are never changed, nor reordered.
     head = next((i for i, m in enumerate(chat) if m["role"] not in ("system", "developer")), len(chat))
     assert out[:head] == chat[:head]
-    users = [i for i, m in enumerate(chat) if m["role"] == "user"]
+    users = [m for m in chat if m["role"] == "user"]
+    # User messages are never cut; only the seed's level 2 drops (old) requests, never the last `keep`.
+    assert all(any(m is u for u in users) for m in out if m["role"] == "user")
+    assert all(any(m is u for m in out) for u in users[-keep:])
     if users:
-        assert chat[users[0]] in out
-    # The last `keep` requests and everything after them are untouched.
-    if len(users) >= keep:
-        tail = chat[users[-keep] :]
-        assert out[len(out) - len(tail) :] == tail
+        assert any(m is users[0] for m in out), "the first request stays"
+        assert any(m is users[-1] for m in out), "the latest request stays"
     assert_no_orphans(out)
     # Nothing is reordered: the output is the input with notes swapped in and runs replaced by markers.
     assert_subsequence(out, chat)
-    # Idempotence: compacting a compacted history changes nothing.
-    assert run(out, budget, keep_recent_turns=keep).messages == out
 
 
 def assert_no_orphans(messages: list[dict[str, Any]]) -> None:
@@ -277,6 +328,6 @@ def same_message(original: dict[str, Any], message: dict[str, Any]) -> bool:
     rest = {k: v for k, v in message.items() if k != "content"}
     return (
         isinstance(note, str)
-        and note.startswith(NOTE_PREFIX)
+        and (note.startswith(NOTE_PREFIX) or CAP_WORDS in note)
         and rest == {k: v for k, v in original.items() if k != "content"}
     )

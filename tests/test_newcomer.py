@@ -59,7 +59,9 @@ def test_a_fresh_clone_serves_with_the_quick_start_command(clone: Path) -> None:
             body = {"model": "stub", "messages": bike_shop_chat(items=120)}
             response = httpx.post(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", json=body, timeout=30)
     assert response.status_code == 200
-    assert int(response.headers["x-compaction-tokens-after"]) < int(response.headers["x-compaction-tokens-before"])
+    assert int(response.headers["x-compaction-tokens-after"]) < int(
+        response.headers["x-compaction-tokens-before"]
+    )
 
 
 def test_the_demo_runs_in_the_fresh_clone(clone: Path) -> None:

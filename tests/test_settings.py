@@ -21,6 +21,19 @@ def test_defaults() -> None:
     assert (w.window, w.threshold, w.keep_recent_turns) == (8192, 0.8, 2)
 
 
+def test_keep_recent_tool_results_default_env_and_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings(_env_file=None).window_for("m").keep_recent_tool_results == 3  # type: ignore[call-arg]
+    s = from_env(
+        monkeypatch,
+        COMPACT_KEEP_RECENT_TOOL_RESULTS="5",
+        COMPACT_MODELS='{"coder*": {"keep_recent_tool_results": 1}}',
+    )
+    assert s.window_for("other").keep_recent_tool_results == 5
+    assert s.window_for("coder-7b").keep_recent_tool_results == 1
+    with pytest.raises(ValidationError):
+        from_env(monkeypatch, COMPACT_KEEP_RECENT_TOOL_RESULTS="-1")
+
+
 def test_short_form_and_json_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     s = from_env(
         monkeypatch,

@@ -92,7 +92,7 @@ def decisions(result: CompactionResult) -> Decisions:
     """Walk `result.messages` beside the neutral messages: each dropped run has one message in its
     place (a marker, or a summary), each noted result its new content."""
     dropped = frozenset(result.dropped)
-    truncated = set(result.truncated)
+    truncated = set(result.truncated) | set(result.capped)  # a capped result is written back like a note
     notes: dict[int, Any] = {}
     markers: list[tuple[int, Message]] = []
     out = iter(result.messages)
