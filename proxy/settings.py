@@ -23,16 +23,19 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from proxy.tokenizers import is_known, known_specs
+
 ENV_PREFIX = "COMPACT_"
 
 
-TOKENIZERS = ("estimate", "chars4", "upstream", "cl100k_base", "qwen2.5", "qwen3", "qwen3.5", "qwen3.6")
+# Counters of the proxy's own; the exact ones are the backends of `proxy.tokenizers`.
+OWN_COUNTERS = ("estimate", "chars4", "upstream")
 
 
 def check_tokenizer(value: str) -> str:
-    if value in TOKENIZERS or (value.startswith("hf:") and len(value) > 3):
+    if value in OWN_COUNTERS or is_known(value):
         return value
-    raise ValueError(f"must be one of {', '.join(TOKENIZERS)} or hf:/path/to/tokenizer.json")
+    raise ValueError(f"must be one of {', '.join((*OWN_COUNTERS, *known_specs()))}")
 
 
 class ModelOverride(BaseModel):

@@ -120,3 +120,17 @@ async def test_a_local_tokenizer_counts_only_near_the_line() -> None:
     assert short["report"]["counted_by"] == "estimate"
     assert long["report"]["counted_by"] == "cl100k_base"
     assert long["report"]["tokens_after"] <= long["report"]["limit"]
+
+
+def test_every_backend_spec_is_a_valid_setting_and_nothing_else_is() -> None:
+    from proxy.settings import check_tokenizer
+    from proxy.tokenizers import BACKENDS, known_specs
+
+    for backend in BACKENDS:
+        for spec in backend.specs or (backend.example,):
+            assert check_tokenizer(spec) == spec
+    with pytest.raises(ValueError) as refused:
+        check_tokenizer("gpt2")
+    assert all(spec in str(refused.value) for spec in known_specs())
+    with pytest.raises(ValueError):
+        check_tokenizer("hf:")

