@@ -14,36 +14,20 @@ so calibration learned by one test never helps another.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
 from tests.upstreams.chats import TOOLS, short_chat, support_chat
 from tests.upstreams.llama import LlamaServer, count_prompt_tokens
-from tests.upstreams.proxy_server import ProxyServer, running_proxy
+from tests.upstreams.proxy_server import overflow_retries, proxy_for_llama
 
 pytestmark = pytest.mark.llama
 
 MODEL = "tiny"
 MAX_TOKENS = 8
-RETRIES = re.compile(r'^compacting_proxy_overflow_retries_total\{outcome="retried"\} (\S+)$', re.M)
-
-
-@contextmanager
-def proxy_for(server: LlamaServer, config: str) -> Iterator[ProxyServer]:
-    if config == "exact":
-        settings = {"window": "auto", "tokenizer": "upstream"}
-    else:
-        settings = {"window": str(server.n_ctx)}
-    window = settings.pop("window")
-    with running_proxy(f"{server.base_url}/v1", window, **settings) as proxy:
-        yield proxy
 
 
 def sdk(base_url: str) -> openai.OpenAI:
@@ -54,17 +38,12 @@ def long_tool_chat() -> dict[str, Any]:
     return {"messages": support_chat(8, result_items=20), "tools": TOOLS}
 
 
-def retries(proxy: ProxyServer) -> int:
-    found = RETRIES.search(httpx.get(f"{proxy.base_url}/metrics").text)
-    return int(float(found.group(1))) if found else 0
-
-
 def test_short_chat_is_forwarded_untouched(llama_server: LlamaServer) -> None:
     messages: Any = short_chat()
     direct = sdk(llama_server.base_url).chat.completions.create(
         model=MODEL, messages=messages, max_tokens=MAX_TOKENS
     )
-    with proxy_for(llama_server, "estimate") as proxy:
+    with proxy_for_llama(f"{llama_server.base_url}/v1", llama_server.n_ctx, "estimate") as proxy:
         raw = sdk(proxy.base_url).chat.completions.with_raw_response.create(
             model=MODEL, messages=messages, max_tokens=MAX_TOKENS
         )
@@ -88,7 +67,7 @@ def test_long_tool_chat_fails_directly_and_succeeds_through_the_proxy(
     assert caught.value.type == "exceed_context_size_error"
 
     extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if stream else {}
-    with proxy_for(llama_server, config) as proxy:
+    with proxy_for_llama(f"{llama_server.base_url}/v1", llama_server.n_ctx, config) as proxy:
         raw = sdk(proxy.base_url).chat.completions.with_raw_response.create(
             model=MODEL, max_tokens=MAX_TOKENS, stream=stream, **extra, **body
         )
@@ -98,7 +77,7 @@ def test_long_tool_chat_fails_directly_and_succeeds_through_the_proxy(
         else:
             usage = next(chunk.usage for chunk in answer if chunk.usage is not None)
         assert usage is not None
-        retried = retries(proxy)
+        retried = overflow_retries(proxy)
 
     assert usage.prompt_tokens + MAX_TOKENS <= llama_server.n_ctx
     if config == "exact":

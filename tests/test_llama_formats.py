@@ -8,41 +8,21 @@ compacted and answered, plain and streamed. With ``exact`` counting (``COMPACT_W
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 
 from tests.format_chats import as_anthropic, as_responses
 from tests.upstreams.chats import TOOLS, support_chat
 from tests.upstreams.llama import LlamaServer
-from tests.upstreams.proxy_server import ProxyServer, running_proxy
+from tests.upstreams.proxy_server import overflow_retries, proxy_for_llama
 
 pytestmark = pytest.mark.llama
 
 MODEL = "tiny"
 MAX_TOKENS = 8
-RETRIES = re.compile(r'^compacting_proxy_overflow_retries_total\{outcome="retried"\} (\S+)$', re.M)
-
-
-@contextmanager
-def proxy_for(server: LlamaServer, config: str) -> Iterator[ProxyServer]:
-    if config == "exact":
-        with running_proxy(f"{server.base_url}/v1", "auto", tokenizer="upstream") as proxy:
-            yield proxy
-    else:
-        with running_proxy(f"{server.base_url}/v1", server.n_ctx) as proxy:
-            yield proxy
-
-
-def retries(proxy: ProxyServer) -> int:
-    found = RETRIES.search(httpx.get(f"{proxy.base_url}/metrics").text)
-    return int(float(found.group(1))) if found else 0
 
 
 def responses_tools() -> list[Any]:
@@ -75,7 +55,7 @@ def test_responses_long_history_fails_directly_and_succeeds_through_the_proxy(
         direct.responses.create(**kwargs)
     assert caught.value.type == "exceed_context_size_error"
 
-    with proxy_for(llama_server, config) as proxy:
+    with proxy_for_llama(f"{llama_server.base_url}/v1", llama_server.n_ctx, config) as proxy:
         client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="x", max_retries=0, timeout=60)
         with client.responses.with_streaming_response.create(**kwargs) as response:
             assert response.status_code == 200
@@ -86,7 +66,7 @@ def test_responses_long_history_fails_directly_and_succeeds_through_the_proxy(
                 final = [e for e in response.parse() if e.type == "response.completed"][-1].response
             else:
                 final = response.parse()
-        retried = retries(proxy)
+        retried = overflow_retries(proxy)
     assert final.usage is not None
     if config == "exact":
         assert retried == 0, "with the server's own counts the first attempt must fit"
@@ -112,7 +92,7 @@ def test_anthropic_long_history_fails_directly_and_succeeds_through_the_proxy(
         direct.messages.create(**kwargs)
     assert "exceed_context_size_error" in str(caught.value) or "context" in str(caught.value)
 
-    with proxy_for(llama_server, config) as proxy:
+    with proxy_for_llama(f"{llama_server.base_url}/v1", llama_server.n_ctx, config) as proxy:
         client = anthropic.Anthropic(base_url=proxy.base_url, api_key="x", max_retries=0, timeout=60)
         with client.messages.with_streaming_response.create(**kwargs) as response:
             assert response.status_code == 200
@@ -126,7 +106,7 @@ def test_anthropic_long_history_fails_directly_and_succeeds_through_the_proxy(
                 assert events[-1].type == "message_stop"
             else:
                 input_tokens = response.parse().usage.input_tokens
-        retried = retries(proxy)
+        retried = overflow_retries(proxy)
     if config == "exact":
         assert retried == 0, "with the server's own counts the first attempt must fit"
     assert input_tokens + MAX_TOKENS <= llama_server.n_ctx

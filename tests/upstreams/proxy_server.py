@@ -7,6 +7,7 @@ working directory, so neither the host's variables nor a stray ``.env`` leak int
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import httpx
 
 from tests.upstreams.processes import free_port, log_tail, stop, wait_healthy
 
@@ -66,3 +69,24 @@ def running_proxy(upstream_url: str, window: int | str | None, **settings: str) 
             yield server
         finally:
             stop(process)
+
+
+RETRIES = re.compile(r'^compacting_proxy_overflow_retries_total\{outcome="retried"\} (\S+)$', re.M)
+
+
+@contextmanager
+def proxy_for_llama(upstream_url: str, n_ctx: int, config: str) -> Iterator[ProxyServer]:
+    """The proxy in front of a llama-server: told its window and estimating (`estimate`), or asking
+    it for the window and counting with its own tokenizer (`exact`)."""
+    if config == "exact":
+        with running_proxy(upstream_url, "auto", tokenizer="upstream") as proxy:
+            yield proxy
+    else:
+        with running_proxy(upstream_url, n_ctx) as proxy:
+            yield proxy
+
+
+def overflow_retries(proxy: ProxyServer) -> int:
+    """How often the proxy retried after an upstream's context error, from its metrics."""
+    found = RETRIES.search(httpx.get(f"{proxy.base_url}/metrics").text)
+    return int(float(found.group(1))) if found else 0
