@@ -45,6 +45,7 @@ from proxy.probes import UpstreamTokenCounter, WindowDetector
 from proxy.settings import Settings
 from proxy.summarizer import Summarizer
 from proxy.upstream import (
+    CREDENTIAL_HEADERS,
     TAIL_BYTES,
     StreamedResponse,
     Upstream,
@@ -58,9 +59,10 @@ from proxy.upstream import (
 log = logging.getLogger("proxy")
 
 LOGGED_BODY_BYTES = 64 * 1024
+# Where a configured upstream key goes, by wire format, when that server reads its own header.
+KEY_HEADERS = {"messages": b"x-api-key", "azure": b"api-key"}
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 # Where clients put their key: OpenAI's bearer token, Anthropic's `x-api-key`, Azure's `api-key`.
-CLIENT_KEY_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key"})
 
 
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
@@ -350,7 +352,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         elif settings.summary_url:
             auth = []  # another server: the upstream's credentials are not sent there
         else:
-            auth = upstream_headers(request)
+            auth = upstream_headers(request, key_header=b"authorization")  # a /chat/completions call
         planner: Planner = request.app.state.planner
         counter = planner.counter_for(plan)
         done = await summarizer.apply(plan, body["messages"], counter, auth)  # type: ignore[arg-type]
@@ -358,12 +360,17 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             metrics.summaries.labels("written").inc(done.summarized)
         return done
 
-    def upstream_headers(request: Request) -> list[tuple[bytes, bytes]]:
+    def upstream_headers(request: Request, *, key_header: bytes | None = None) -> list[tuple[bytes, bytes]]:
+        """The client's headers for the upstream. A configured upstream key goes in `key_header`,
+        else in the header the server of this request's format reads (Anthropic's `x-api-key`,
+        Azure's `api-key`), else where the client put its own."""
         upstream: Upstream = request.app.state.upstream
         incoming = request.headers.raw
         if api_keys:  # the client's key was for the proxy: it is not forwarded
-            incoming = [(k, v) for k, v in incoming if k.lower() not in CLIENT_KEY_HEADERS]
-        return upstream.request_headers(incoming)
+            incoming = [(k, v) for k, v in incoming if k.lower() not in CREDENTIAL_HEADERS]
+        if key_header is None:
+            key_header = KEY_HEADERS.get(format_for_path(request.url.path).name)
+        return upstream.request_headers(incoming, key_header=key_header)
 
     async def send(
         request: Request, path: str, content: bytes, route: str, *, from_root: bool = False

@@ -27,6 +27,8 @@ TAIL_BYTES = 4096  # enough for the final chunk of a stream, where the usage rep
 
 # Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those recomputed for the
 # body actually sent (a streamed response puts the upstream's content-length back: its body is the same).
+# Where clients put their key: OpenAI's Bearer, Anthropic's and Azure's own headers.
+CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key"})
 HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -104,7 +106,7 @@ class Upstream:
         self.transport = transport
         self.base_url = base_url.rstrip("/")
         self.root_url = self.base_url.removesuffix("/v1")
-        self.authorization = f"Bearer {api_key}".encode() if api_key else None
+        self.api_key = api_key.encode() if api_key else None
         self.extensions = {"timeout": (timeout or httpx.Timeout(60.0)).as_dict()}
         self._urls: dict[str, httpx.URL] = {}
 
@@ -119,15 +121,24 @@ class Upstream:
                 self._urls[path] = url
         return url.copy_with(query=query) if query else url
 
-    def request_headers(self, incoming: RawHeaders) -> list[tuple[bytes, bytes]]:
+    def request_headers(
+        self, incoming: RawHeaders, *, key_header: bytes | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        """The client's headers for the upstream, hop-by-hop ones left out. The configured key, if
+        any, replaces the client's credentials: in `key_header` (the route's own: Anthropic's
+        `x-api-key`, Azure's `api-key`), else in the header the client gave them in, else as
+        `authorization: Bearer`."""
+        if not self.api_key:
+            return [(name, value) for name, value in incoming if name.lower() not in HOP_BY_HOP]
+        used = [name.lower() for name, _ in incoming if name.lower() in CREDENTIAL_HEADERS]
+        header = key_header or (used[0] if used else b"authorization")
         headers = [
             (name, value)
             for name, value in incoming
-            if (lower := name.lower()) not in HOP_BY_HOP
-            and not (self.authorization and lower == b"authorization")
+            if (lower := name.lower()) not in HOP_BY_HOP and lower not in CREDENTIAL_HEADERS
         ]
-        if self.authorization:
-            headers.append((b"authorization", self.authorization))
+        value = b"Bearer " + self.api_key if header == b"authorization" else self.api_key
+        headers.append((header, value))
         return headers
 
     async def open(self, method: str, url: httpx.URL, headers: RawHeaders, content: bytes) -> httpx.Response:

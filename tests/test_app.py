@@ -406,3 +406,31 @@ async def test_a_rejected_request_names_the_reply_limit_that_took_the_room() -> 
     assert error["code"] == "context_length_exceeded"
     assert "max_completion_tokens=9000" in error["message"] and "8192" in error["message"]
     assert not upstream.requests
+
+
+@pytest.mark.parametrize(
+    ("path", "client_header", "client_value", "expected"),
+    [
+        ("/v1/chat/completions", "authorization", "Bearer client-key", ("authorization", "Bearer sk-up")),
+        ("/v1/messages", "x-api-key", "client-key", ("x-api-key", "sk-up")),
+        ("/v1/messages", "authorization", "Bearer client-key", ("x-api-key", "sk-up")),
+        ("/openai/deployments/d1/chat/completions", "api-key", "client-key", ("api-key", "sk-up")),
+        ("/v1/messages/count_tokens", "x-api-key", "client-key", ("x-api-key", "sk-up")),
+        ("/v1/embeddings", "authorization", "Bearer client-key", ("authorization", "Bearer sk-up")),
+    ],
+)
+@pytest.mark.parametrize("guarded", [False, True], ids=["open", "with-proxy-keys"])
+async def test_the_upstream_key_goes_in_the_header_its_server_reads(
+    path: str, client_header: str, client_value: str, expected: tuple[str, str], guarded: bool
+) -> None:
+    upstream = RecordingUpstream()
+    keys = {"api_keys": "client-key"} if guarded else {}
+    body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]}
+    async with proxy_client(upstream, upstream_api_key="sk-up", **keys) as client:
+        response = await client.post(path, json=body, headers={client_header: client_value})
+    assert response.status_code == 200, response.text
+    sent = {name: upstream.last.headers.get_list(name) for name in ("authorization", "x-api-key", "api-key")}
+    header, value = expected
+    assert sent.pop(header) == [value]
+    if guarded or path != "/v1/messages/count_tokens":
+        assert not any(sent.values()), f"the client's key is not forwarded beside it: {sent}"

@@ -59,5 +59,8 @@ def match_route(path: str) -> tuple[Route, dict[str, str]] | None:
 
 
 def format_for_path(path: str) -> WireFormat:
-    """Whose error shape a request to `path` expects (Anthropic's under `/v1/messages`)."""
-    return ANTHROPIC if path == "/v1/messages" or path.startswith("/v1/messages/") else CHAT
+    """The format a request to `path` speaks, compacted or not: whose error shape it expects
+    (Anthropic's under `/v1/messages`) and whose server reads its key (Azure's `api-key`)."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return ANTHROPIC
+    return AZURE if path.startswith(("/openai/", "/deployments/")) else CHAT
