@@ -96,6 +96,11 @@ def _start(binary: Path, model: Path, workdir: Path, *, ctx: int, slots: int) ->
             "-np",
             str(slots),
             "--jinja",
+            # A fixed sampling seed: the random tiny model's replies are then the same on every run
+            # (sampled freely, a reply that starts a tool call badly fails llama.cpp's tool-call
+            # parser with a 500 now and then).
+            "--seed",
+            "1",
             # One thread: the model is tiny, and spinning threads crawl on a busy 2-core runner.
             "-t",
             "1",
