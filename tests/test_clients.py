@@ -67,6 +67,17 @@ def check_chat_compacted(sent: list[Message], got: list[Message]) -> None:
         at += 1
 
 
+def check_route_compacted(upstream: str, *, responses: bool) -> None:
+    """What the upstream got through the proxy is what it got directly, compacted, on either route."""
+    if responses:
+        direct, proxied = received(upstream, "/v1/responses")
+        check_compacted(RESPONSES, direct["input"], proxied["input"])
+        assert proxied["input"][0] == direct["input"][0], "the system prompt is kept"
+    else:
+        direct, proxied = received(upstream, "/v1/chat/completions")
+        check_chat_compacted(direct["messages"], proxied["messages"])
+
+
 def same_but_noted(message: Message, original: Message) -> bool:
     if message == original:
         return True
@@ -152,13 +163,7 @@ def test_langchain_chat_openai(
         headers, answer = reply.response_metadata["headers"], reply.text
     check_headers(headers)
     assert answer == REPLY
-    if responses:
-        direct, proxied = received(upstream, "/v1/responses")
-        check_compacted(RESPONSES, direct["input"], proxied["input"])
-        assert proxied["input"][0] == direct["input"][0], "the system prompt is kept"
-    else:
-        direct, proxied = received(upstream, "/v1/chat/completions")
-        check_chat_compacted(direct["messages"], proxied["messages"])
+    check_route_compacted(upstream, responses=responses)
 
 
 # --- pydantic-ai ----------------------------------------------------------------------------------
@@ -224,13 +229,7 @@ def test_pydantic_ai(upstream: str, proxy: str, fresh_record: None, chat: list[M
     assert reply.text == REPLY
     [response_headers] = headers
     check_headers(response_headers)
-    if api == "responses":
-        direct, proxied = received(upstream, "/v1/responses")
-        check_compacted(RESPONSES, direct["input"], proxied["input"])
-        assert proxied["input"][0] == direct["input"][0], "the system prompt is kept"
-    else:
-        direct, proxied = received(upstream, "/v1/chat/completions")
-        check_chat_compacted(direct["messages"], proxied["messages"])
+    check_route_compacted(upstream, responses=api == "responses")
 
 
 # --- curl -----------------------------------------------------------------------------------------
