@@ -10,11 +10,13 @@ VENV_EXTRAS=test,dev,tokenizers,bench . scripts/venv.sh
 # The official Node clients (npm openai, ai + @ai-sdk/openai), pinned by tests/node/package-lock.json.
 if command -v npm >/dev/null 2>&1; then
     npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
+    # The real agent CLIs (Claude Code, Codex, opencode), pinned by tests/clis/package-lock.json.
+    npm ci --prefix tests/clis --no-audit --no-fund --loglevel=error
 fi
 
 MARKERS=()
 if [ "${FAST:-0}" = "1" ]; then
-    MARKERS=(-m "not llama and not redis and not slow and not bench and not image")
+    MARKERS=(-m "not llama and not redis and not slow and not bench and not image and not cli")
 else
     if ! command -v redis-server >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1 \
         || ! command -v docker-compose >/dev/null 2>&1; then

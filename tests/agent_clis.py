@@ -18,7 +18,10 @@ non-essential call off, pointed at the server by the variables or config file a 
   "options": {"baseURL": "http://proxy/v1"}, "models": {...: {"limit": {"context": W}}}}`` (the AI
   SDK package is bundled in the binary: nothing is fetched); ``OPENCODE_DISABLE_AUTOUPDATE``,
   ``_MODELS_FETCH``, ``_LSP_DOWNLOAD``, ``_SHARE``, ``_DEFAULT_PLUGINS``, ``_CLAUDE_CODE``,
-  ``OPENCODE_PERMISSION='{"*": "allow"}'``; ``opencode run TASK``.
+  ``OPENCODE_PERMISSION='{"*": "allow"}'``; ``opencode run TASK``; and ``OPENCODE_DISABLE_AUTOCOMPACT=1``
+  unless ``own_compaction``: opencode's own summary request carries the whole history in one user
+  message, which no compaction may cut, and at 16k its trigger (``limit.context - limit.output``)
+  sits below the proxy's line, so behind the proxy it fires and is refused (see README).
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ def installed(client: str) -> bool:
 
 
 def version(client: str) -> str:
-    package = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "opencode": "opencode-ai"}[client]
+    package = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "opencode": "opencode-ai"}[
+        client
+    ]
     return str(json.loads((CLIS / "node_modules" / package / "package.json").read_text())["version"])
 
 
@@ -93,6 +98,7 @@ class Run:
     steps: int
     seconds: float
     recorded: dict[str, Any]
+    sent_bodies: dict[str, Any]  # tap id -> the body the client sent (proxied runs)
 
     def row(self) -> str:
         route = "proxy" if self.proxied else "direct"
@@ -104,15 +110,41 @@ class Run:
         )
 
 
+def claude_result(output: str) -> dict[str, Any]:
+    """The result object `claude -p --output-format json` prints (its last JSON line)."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict) and value.get("type") == "result":
+                return value
+    return {}
+
+
 @contextmanager
 def model_server(window: int, steps: int, tree: Path, port: int, tap_to: str | None) -> Iterator[str]:
     log_path = tree.parent / f"agent-model-{port}.log"
-    cmd = [sys.executable, "-m", "tests.upstreams.agent_model", "--port", str(port), "--window", str(window),
-           "--steps", str(steps), "--tree", str(tree)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.upstreams.agent_model",
+        "--port",
+        str(port),
+        "--window",
+        str(window),
+        "--steps",
+        str(steps),
+        "--tree",
+        str(tree),
+    ]
     if tap_to:
         cmd += ["--tap-to", tap_to]
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(base, "/healthz", process, log_path, timeout=30, name="agent model")
@@ -123,19 +155,41 @@ def model_server(window: int, steps: int, tree: Path, port: int, tap_to: str | N
             print(log_tail(log_path))
 
 
-def client_command(client: str, base: str, window: int, home: Path, thinking: bool) -> tuple[list[str], dict[str, str]]:
+def client_command(
+    client: str, base: str, window: int, home: Path, thinking: bool, own_compaction: bool = False
+) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that point `client` at `base` (the server or the proxy)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "TERM": "dumb",
-           "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local/share"),
-           "XDG_CACHE_HOME": str(home / ".cache"), "XDG_STATE_HOME": str(home / ".local/state")}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "TERM": "dumb",
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local/state"),
+    }
     if client == "claude":
-        env |= {"ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": "sk-ant-test",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-                "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1"}
+        env |= {
+            "ANTHROPIC_BASE_URL": base,
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+        }
         if not thinking:
             env["MAX_THINKING_TOKENS"] = "0"
-        cmd = [str(BIN / "claude"), "-p", TASK, "--output-format", "json", "--model", MODEL[client],
-               "--allowedTools", "Read,Bash,Grep,Glob"]
+        cmd = [
+            str(BIN / "claude"),
+            "-p",
+            TASK,
+            "--output-format",
+            "json",
+            "--model",
+            MODEL[client],
+            "--allowedTools",
+            "Read,Bash,Grep,Glob",
+        ]
         return cmd, env
     if client == "codex":
         codex_home = home / ".codex"
@@ -146,25 +200,60 @@ def client_command(client: str, base: str, window: int, home: Path, thinking: bo
             f'wire_api = "responses"\nenv_key = "AGENT_MODEL_KEY"\n\n[analytics]\nenabled = false\n'
         )
         env |= {"CODEX_HOME": str(codex_home), "AGENT_MODEL_KEY": "sk-test"}
-        cmd = [str(BIN / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", TASK]
+        cmd = [
+            str(BIN / "codex"),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            TASK,
+        ]
         return cmd, env
     if client == "opencode":
         config = home / "opencode.json"
-        provider = {"npm": "@ai-sdk/openai-compatible", "name": "agent model",
-                    "options": {"baseURL": f"{base}/v1", "apiKey": "sk-test"},
-                    "models": {MODEL[client]: {"name": "agent model", "limit": {"context": window, "output": 4096}}}}
-        config.write_text(json.dumps({"$schema": "https://opencode.ai/config.json", "model": f"agentmodel/{MODEL[client]}",
-                                      "autoupdate": False, "share": "disabled", "provider": {"agentmodel": provider}}))
-        env |= {"OPENCODE_CONFIG": str(config), "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
-                "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_SHARE": "1",
-                "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
-                "OPENCODE_PERMISSION": '{"*": "allow"}'}
+        provider = {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": "agent model",
+            "options": {"baseURL": f"{base}/v1", "apiKey": "sk-test"},
+            "models": {MODEL[client]: {"name": "agent model", "limit": {"context": window, "output": 4096}}},
+        }
+        config.write_text(
+            json.dumps(
+                {
+                    "$schema": "https://opencode.ai/config.json",
+                    "model": f"agentmodel/{MODEL[client]}",
+                    "autoupdate": False,
+                    "share": "disabled",
+                    "provider": {"agentmodel": provider},
+                }
+            )
+        )
+        env |= {
+            "OPENCODE_CONFIG": str(config),
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+            "OPENCODE_PERMISSION": '{"*": "allow"}',
+        }
+        if not own_compaction:
+            env["OPENCODE_DISABLE_AUTOCOMPACT"] = "1"
         return [str(BIN / "opencode"), "run", TASK], env
     raise ValueError(client)
 
 
-def run(client: str, window: int, *, proxied: bool, steps: int = 60, thinking: bool = False,
-        timeout: float = 600, proxy_settings: dict[str, str] | None = None) -> Run:
+def run(
+    client: str,
+    window: int,
+    *,
+    proxied: bool,
+    steps: int = 60,
+    thinking: bool = False,
+    timeout: float = 600,
+    proxy_settings: dict[str, str] | None = None,
+    own_compaction: bool = False,
+) -> Run:
     """One CLI session to its end (or to `timeout`), and what the server saw."""
     with tempfile.TemporaryDirectory(prefix=f"agent-{client}-") as tmp:
         tree = lay_out_tree(Path(tmp))
@@ -172,23 +261,48 @@ def run(client: str, window: int, *, proxied: bool, steps: int = 60, thinking: b
         home.mkdir()
         port = free_port()
         started = time.monotonic()
-        with contextlib_proxy(proxied, f"http://127.0.0.1:{port}/v1", window, proxy_settings or {}) as proxy_url, \
-                model_server(window, steps, tree, port, proxy_url) as base:
-            cmd, env = client_command(client, f"{base}/tap" if proxied else base, window, home, thinking)
+        with (
+            contextlib_proxy(
+                proxied, f"http://127.0.0.1:{port}/v1", window, proxy_settings or {}
+            ) as proxy_url,
+            model_server(window, steps, tree, port, proxy_url) as base,
+        ):
+            cmd, env = client_command(
+                client, f"{base}/tap" if proxied else base, window, home, thinking, own_compaction
+            )
             try:
-                done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout,
-                                      stdin=subprocess.DEVNULL)
+                done = subprocess.run(
+                    cmd,
+                    cwd=tree,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    stdin=subprocess.DEVNULL,
+                )
                 code, output = done.returncode, done.stdout + done.stderr
             except subprocess.TimeoutExpired as expired:
                 code, output = -1, f"timed out after {timeout} s\n{expired.stdout or ''}"
             recorded = httpx.get(f"{base}/_recorded", timeout=30).json()
             sent_bodies = httpx.get(f"{base}/_sent", timeout=60).json() if proxied else {}
-        return summarise(client, window, proxied, thinking, steps, code, output, recorded, sent_bodies,
-                         time.monotonic() - started)
+        return summarise(
+            client,
+            window,
+            proxied,
+            thinking,
+            steps,
+            code,
+            output,
+            recorded,
+            sent_bodies,
+            time.monotonic() - started,
+        )
 
 
 @contextmanager
-def contextlib_proxy(proxied: bool, upstream: str, window: int, settings: dict[str, str]) -> Iterator[str | None]:
+def contextlib_proxy(
+    proxied: bool, upstream: str, window: int, settings: dict[str, str]
+) -> Iterator[str | None]:
     if not proxied:
         yield None
         return
@@ -196,8 +310,18 @@ def contextlib_proxy(proxied: bool, upstream: str, window: int, settings: dict[s
         yield proxy.base_url
 
 
-def summarise(client: str, window: int, proxied: bool, thinking: bool, steps: int, code: int, output: str,
-              recorded: dict[str, Any], sent_bodies: dict[str, Any], seconds: float) -> Run:
+def summarise(
+    client: str,
+    window: int,
+    proxied: bool,
+    thinking: bool,
+    steps: int,
+    code: int,
+    output: str,
+    recorded: dict[str, Any],
+    sent_bodies: dict[str, Any],
+    seconds: float,
+) -> Run:
     from tests.upstreams.agent_model import system_digest
 
     received = recorded["received"]
@@ -205,12 +329,16 @@ def summarise(client: str, window: int, proxied: bool, thinking: bool, steps: in
     main = [r for r in received if r["kind"] in ("tools", "final")]
     delays = [r["at"] - sent[r["tap"]]["at"] for r in received if r.get("tap") in sent]
     system_ok = all(
-        r["system"] == system_digest(r["format"], sent_bodies[r["tap"]]) for r in received if r.get("tap") in sent_bodies
+        r["system"] == system_digest(r["format"], sent_bodies[r["tap"]])
+        for r in received
+        if r.get("tap") in sent_bodies
     )
     answered = any(r["kind"] == "final" for r in received)
-    errors = [s for s in sent.values() if 400 <= s.get("status", 200) < 500] if proxied else [
-        r for r in received if r["over"] or r["orphans"]
-    ]
+    errors = (
+        [s for s in sent.values() if 400 <= s.get("status", 200) < 500]
+        if proxied
+        else [r for r in received if r["over"] or r["orphans"]]
+    )
     return Run(
         client=client,
         version=version(client),
@@ -233,4 +361,5 @@ def summarise(client: str, window: int, proxied: bool, thinking: bool, steps: in
         steps=steps,
         seconds=seconds,
         recorded=recorded,
+        sent_bodies=sent_bodies,
     )

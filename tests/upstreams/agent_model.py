@@ -193,15 +193,18 @@ def plan(script: Script, tools: dict[str, Any], last_ids: list[str], texts: str,
     if not tools:
         if "summar" in last_user.lower():
             step = max([int(s) for s in RESUME.findall(texts)] + [0])
-            return Turn(f"<summary>Surveyed the tree so far; agent-step {step}.</summary>", [], step, "summary")
+            return Turn(
+                f"<summary>Surveyed the tree so far; agent-step {step}.</summary>", [], step, "summary"
+            )
         return Turn("Surveying a source tree", [], 0, "side")
-    steps = [int(m.group(1)) for i in last_ids if (m := CALL_ID.fullmatch(i))]
-    if steps:
-        step = max(steps) + 1
-    else:  # a fresh start, or a resume after the client compacted its history
-        step = max([int(s) for s in RESUME.findall(texts)] + [0]) + 1
+    done = [int(m.group(1)) for i in last_ids if (m := CALL_ID.fullmatch(i))]
+    # else a fresh start, or a resume after the client compacted its history
+    done = done or [int(s) for s in RESUME.findall(texts)] or [0]
+    step = max(done) + 1
     if step > script.steps:
-        return Turn(f"{DONE_MARK}: surveyed {len(script.files)} files in {script.steps} steps.", [], step, "final")
+        return Turn(
+            f"{DONE_MARK}: surveyed {len(script.files)} files in {script.steps} steps.", [], step, "final"
+        )
     calls = []
     for k, action in enumerate(script.actions(step)):
         name, args = tool_call(action, tools)
@@ -257,7 +260,9 @@ def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(text_of(c.get("text") or c.get("content") or "") for c in content if isinstance(c, dict))
+        return " ".join(
+            text_of(c.get("text") or c.get("content") or "") for c in content if isinstance(c, dict)
+        )
     return ""
 
 
@@ -266,7 +271,12 @@ def openai_overflow(window: int, tokens: int, param: str) -> Response:
         f"This model's maximum context length is {window} tokens. However, your messages resulted in "
         f"{tokens} tokens. Please reduce the length of the messages."
     )
-    error = {"message": message, "type": "invalid_request_error", "param": param, "code": "context_length_exceeded"}
+    error = {
+        "message": message,
+        "type": "invalid_request_error",
+        "param": param,
+        "code": "context_length_exceeded",
+    }
     return json_response({"error": error}, 400)
 
 
@@ -279,8 +289,14 @@ def anthropic_orphans(messages: list[Any]) -> int:
     for i, message in enumerate(messages):
         blocks = message.get("content") if isinstance(message.get("content"), list) else []
         before = messages[i - 1].get("content") if i else None
-        uses = {b.get("id") for b in before if b.get("type") == "tool_use"} if isinstance(before, list) else set()
-        orphans += sum(1 for b in blocks if b.get("type") == "tool_result" and b.get("tool_use_id") not in uses)
+        uses = (
+            {b.get("id") for b in before if b.get("type") == "tool_use"}
+            if isinstance(before, list)
+            else set()
+        )
+        orphans += sum(
+            1 for b in blocks if b.get("type") == "tool_result" and b.get("tool_use_id") not in uses
+        )
     return orphans
 
 
@@ -310,15 +326,27 @@ async def messages(request: Request) -> Response:
         max_tokens=body.get("max_tokens"),
     )
     if tokens > rec.window:
-        error = {"type": "invalid_request_error", "message": f"prompt is too long: {tokens} tokens > {rec.window} maximum"}
+        error = {
+            "type": "invalid_request_error",
+            "message": f"prompt is too long: {tokens} tokens > {rec.window} maximum",
+        }
         return json_response({"type": "error", "error": error}, 400)
     if orphans:
-        error = {"type": "invalid_request_error", "message": "messages: unexpected `tool_use_id` found in `tool_result` blocks"}
+        error = {
+            "type": "invalid_request_error",
+            "message": "messages: unexpected `tool_use_id` found in `tool_result` blocks",
+        }
         return json_response({"type": "error", "error": error}, 400)
     thinking = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
     content: list[dict[str, Any]] = []
     if thinking:
-        content.append({"type": "thinking", "thinking": f"Step {turn.step}: pick the next files.", "signature": f"sig{turn.step}"})
+        content.append(
+            {
+                "type": "thinking",
+                "thinking": f"Step {turn.step}: pick the next files.",
+                "signature": f"sig{turn.step}",
+            }
+        )
     content.append({"type": "text", "text": turn.text})
     content += [{"type": "tool_use", "id": cid, "name": n, "input": a} for n, a, cid in turn.calls]
     stop = "tool_use" if turn.calls else "end_turn"
@@ -351,11 +379,17 @@ async def messages(request: Request) -> Response:
             elif block["type"] == "text":
                 empty = {"type": "text", "text": ""}
                 words = block["text"].split(" ")
-                deltas = [{"type": "text_delta", "text": w + (" " if j < len(words) - 1 else "")} for j, w in enumerate(words)]
+                deltas = [
+                    {"type": "text_delta", "text": w + (" " if j < len(words) - 1 else "")}
+                    for j, w in enumerate(words)
+                ]
             else:
                 empty = {**block, "input": {}}
                 js = orjson.dumps(block["input"]).decode()
-                deltas = [{"type": "input_json_delta", "partial_json": js[j : j + 40]} for j in range(0, len(js), 40)]
+                deltas = [
+                    {"type": "input_json_delta", "partial_json": js[j : j + 40]}
+                    for j in range(0, len(js), 40)
+                ]
             yield "content_block_start", {"type": "content_block_start", "index": i, "content_block": empty}
             for delta in deltas:
                 yield "content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}
@@ -375,7 +409,9 @@ async def messages(request: Request) -> Response:
 
 async def count_tokens(request: Request) -> Response:
     body = orjson.loads(await request.body())
-    return json_response({"input_tokens": count([body.get("system"), body.get("messages"), body.get("tools")])})
+    return json_response(
+        {"input_tokens": count([body.get("system"), body.get("messages"), body.get("tools")])}
+    )
 
 
 # --- OpenAI Responses -----------------------------------------------------------------------------
@@ -393,7 +429,9 @@ def responses_orphans(items: list[Any]) -> int:
     return orphans
 
 
-def response_object(body: dict[str, Any], rid: str, status: str, output: list[Any], usage: Any) -> dict[str, Any]:
+def response_object(
+    body: dict[str, Any], rid: str, status: str, output: list[Any], usage: Any
+) -> dict[str, Any]:
     return {
         "id": rid,
         "object": "response",
@@ -424,7 +462,11 @@ async def responses(request: Request) -> Response:
     rec: Recorder = request.app.state.recorder
     body = orjson.loads(await request.body())
     raw_input = body.get("input")
-    items: list[Any] = raw_input if isinstance(raw_input, list) else [{"type": "message", "role": "user", "content": raw_input}]
+    items: list[Any] = (
+        raw_input
+        if isinstance(raw_input, list)
+        else [{"type": "message", "role": "user", "content": raw_input}]
+    )
     tokens = count([body.get("instructions"), items, body.get("tools")])
     tools = {t.get("name"): t for t in body.get("tools") or [] if t.get("name")}
     tail: list[str] = []
@@ -438,13 +480,25 @@ async def responses(request: Request) -> Response:
     turn = plan(rec.script, tools, tail, orjson.dumps(items).decode(), last_user)
     orphans = responses_orphans(items)
     rec.note(
-        request, "responses", body, tokens, orphans=orphans, step=turn.step, kind=turn.kind,
-        system=system_digest("responses", body), max_tokens=body.get("max_output_tokens"),
+        request,
+        "responses",
+        body,
+        tokens,
+        orphans=orphans,
+        step=turn.step,
+        kind=turn.kind,
+        system=system_digest("responses", body),
+        max_tokens=body.get("max_output_tokens"),
     )
     if tokens > rec.window:
         return openai_overflow(rec.window, tokens, "input")
     if orphans:
-        error = {"message": "No tool call found for function call output.", "type": "invalid_request_error", "param": "input", "code": None}
+        error = {
+            "message": "No tool call found for function call output.",
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": None,
+        }
         return json_response({"error": error}, 400)
     n = next(rec.ids)
     rid = f"resp_{n}"
@@ -454,13 +508,22 @@ async def responses(request: Request) -> Response:
     ]
     for k, (name, args, cid) in enumerate(turn.calls):
         output.append(
-            {"type": "function_call", "id": f"fc_{n}_{k}", "call_id": cid, "name": name,
-             "arguments": orjson.dumps(args).decode(), "status": "completed"}
+            {
+                "type": "function_call",
+                "id": f"fc_{n}_{k}",
+                "call_id": cid,
+                "name": name,
+                "arguments": orjson.dumps(args).decode(),
+                "status": "completed",
+            }
         )
     out_tokens = count(output)
     usage = {
-        "input_tokens": tokens, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": out_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": tokens + out_tokens,
+        "input_tokens": tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": out_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": tokens + out_tokens,
     }
     if body.get("stream") is not True:
         return json_response(response_object(body, rid, "completed", output, usage))
@@ -475,15 +538,59 @@ async def responses(request: Request) -> Response:
         yield ev("response.in_progress", response=response_object(body, rid, "in_progress", [], None))
         for i, item in enumerate(output):
             if item["type"] == "message":
-                yield ev("response.output_item.added", output_index=i, item={**item, "status": "in_progress", "content": []})
-                yield ev("response.content_part.added", item_id=item["id"], output_index=i, content_index=0, part={**part, "text": ""})
-                yield ev("response.output_text.delta", item_id=item["id"], output_index=i, content_index=0, delta=part["text"], logprobs=[])
-                yield ev("response.output_text.done", item_id=item["id"], output_index=i, content_index=0, text=part["text"], logprobs=[])
-                yield ev("response.content_part.done", item_id=item["id"], output_index=i, content_index=0, part=part)
+                yield ev(
+                    "response.output_item.added",
+                    output_index=i,
+                    item={**item, "status": "in_progress", "content": []},
+                )
+                yield ev(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=0,
+                    part={**part, "text": ""},
+                )
+                yield ev(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=0,
+                    delta=part["text"],
+                    logprobs=[],
+                )
+                yield ev(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=0,
+                    text=part["text"],
+                    logprobs=[],
+                )
+                yield ev(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=0,
+                    part=part,
+                )
             else:
-                yield ev("response.output_item.added", output_index=i, item={**item, "status": "in_progress", "arguments": ""})
-                yield ev("response.function_call_arguments.delta", item_id=item["id"], output_index=i, delta=item["arguments"])
-                yield ev("response.function_call_arguments.done", item_id=item["id"], output_index=i, arguments=item["arguments"])
+                yield ev(
+                    "response.output_item.added",
+                    output_index=i,
+                    item={**item, "status": "in_progress", "arguments": ""},
+                )
+                yield ev(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=i,
+                    delta=item["arguments"],
+                )
+                yield ev(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=i,
+                    arguments=item["arguments"],
+                )
             yield ev("response.output_item.done", output_index=i, item=item)
         yield ev("response.completed", response=response_object(body, rid, "completed", output, usage))
 
@@ -520,13 +627,25 @@ async def chat(request: Request) -> Response:
     turn = plan(rec.script, tools, tail, orjson.dumps(msgs).decode(), last_user)
     orphans = chat_orphans(msgs)
     rec.note(
-        request, "chat", body, tokens, orphans=orphans, step=turn.step, kind=turn.kind,
-        system=system_digest("chat", body), max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
+        request,
+        "chat",
+        body,
+        tokens,
+        orphans=orphans,
+        step=turn.step,
+        kind=turn.kind,
+        system=system_digest("chat", body),
+        max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
     )
     if tokens > rec.window:
         return openai_overflow(rec.window, tokens, "messages")
     if orphans:
-        error = {"message": "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.", "type": "invalid_request_error", "param": "messages", "code": None}
+        error = {
+            "message": "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": None,
+        }
         return json_response({"error": error}, 400)
     calls = [
         {"id": cid, "type": "function", "function": {"name": n, "arguments": orjson.dumps(a).decode()}}
@@ -547,16 +666,27 @@ async def chat(request: Request) -> Response:
         chunk = {**base, "object": "chat.completion.chunk"}
 
         def choice(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
-            return {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}]}
+            return {
+                **chunk,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}],
+            }
 
         yield None, choice({"role": "assistant", "content": ""})
         yield None, choice({"content": turn.text})
         for i, call in enumerate(calls):
-            head = {"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}}
+            head = {
+                "index": i,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
             yield None, choice({"tool_calls": [head]})
             args = call["function"]["arguments"]
             for j in range(0, len(args), 40):
-                yield None, choice({"tool_calls": [{"index": i, "function": {"arguments": args[j : j + 40]}}]})
+                yield (
+                    None,
+                    choice({"tool_calls": [{"index": i, "function": {"arguments": args[j : j + 40]}}]}),
+                )
         yield None, choice({}, finish)
         if (body.get("stream_options") or {}).get("include_usage"):
             yield None, {**chunk, "choices": [], "usage": usage}
@@ -594,17 +724,26 @@ async def tap(request: Request) -> Response:
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP] + [("x-agent-tap", tap_id)]
     path = request.url.path.removeprefix("/tap")
     url = rec.tap_to + path + (f"?{request.url.query}" if request.url.query else "")
-    upstream = await client.send(client.build_request(request.method, url, headers=headers, content=raw), stream=True)
+    upstream = await client.send(
+        client.build_request(request.method, url, headers=headers, content=raw), stream=True
+    )
     if tap_id in rec.sent:
         rec.sent[tap_id]["status"] = upstream.status_code
-        rec.sent[tap_id]["headers"] = {k: v for k, v in upstream.headers.items() if k.startswith("x-compaction")}
+        rec.sent[tap_id]["headers"] = {
+            k: v for k, v in upstream.headers.items() if k.startswith("x-compaction")
+        }
     out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP}
 
     async def body_iter() -> AsyncIterator[bytes]:
         async for chunk in upstream.aiter_raw():
             yield chunk
 
-    return StreamingResponse(body_iter(), status_code=upstream.status_code, headers=out_headers, background=BackgroundTask(upstream.aclose))
+    return StreamingResponse(
+        body_iter(),
+        status_code=upstream.status_code,
+        headers=out_headers,
+        background=BackgroundTask(upstream.aclose),
+    )
 
 
 async def recorded(request: Request) -> Response:
@@ -623,7 +762,12 @@ async def sent_bodies(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
-    return json_response({"object": "list", "data": [{"id": "agent-model", "object": "model", "created": 0, "owned_by": "tests"}]})
+    return json_response(
+        {
+            "object": "list",
+            "data": [{"id": "agent-model", "object": "model", "created": 0, "owned_by": "tests"}],
+        }
+    )
 
 
 def create_app(window: int, steps: int, tree: Path, tap_to: str | None = None) -> Starlette:
