@@ -1,4 +1,4 @@
-"""A scripted model server that plays a coding agent for the real agent CLIs (Claude Code, Codex,
+r"""A scripted model server that plays a coding agent for the real agent CLIs (Claude Code, Codex,
 opencode), on a real source tree, with a window it enforces with a real tokenizer.
 
 Run it as a process: ``python -m tests.upstreams.agent_model --port N --window W --steps S --tree DIR``.
@@ -15,7 +15,8 @@ The window is enforced on the cl100k_base count (the project's own exact counter
 would see: Anthropic's ``system`` + ``messages`` + ``tools``; Responses' ``instructions`` + ``input`` +
 ``tools``; chat's ``messages`` + ``tools``. Over it, each format's own overflow error, before any stream:
 - ``/v1/messages``: 400 ``{"type": "error", "error": {"type": "invalid_request_error", "message":
-  "prompt is too long: N tokens > W maximum"}}`` (Anthropic's API, as Claude Code 2.1 matches it);
+  "prompt is too long: N tokens > W maximum"}}`` (Anthropic's API; Claude Code 2.1.332's bundled JS
+  reads it with ``/prompt is too long[^0-9]*(\d+)\s*tokens?\s*>\s*(\d+)/``);
 - ``/v1/responses`` and ``/v1/chat/completions``: 400 ``{"error": {"code": "context_length_exceeded",
   "type": "invalid_request_error", ...}}`` with OpenAI's wording.
 
@@ -25,13 +26,15 @@ The streams follow, event for event:
   (``thinking_delta`` + ``signature_delta``, ``text_delta``, ``input_json_delta``) / ``_stop``, a
   ``ping``, ``message_delta`` with ``stop_reason`` and usage, ``message_stop``; a ``thinking`` block first
   when the request enables thinking.
-- OpenAI Responses SSE as openai/codex 0.171 (``codex-rs/codex-api/src/sse/responses.rs``) and
-  openai-python 3.x ``ResponseStreamEvent`` have it: ``response.created``, ``response.in_progress``,
-  ``response.output_item.added`` / ``.done`` per item (``message`` with ``output_text``, ``function_call``
-  with ``function_call_arguments.delta`` / ``.done``), ``response.completed`` with ``usage``; each with
-  ``sequence_number``.
-- Chat Completions SSE (OpenAI's ``chat.completion.chunk``, as ``@ai-sdk/openai-compatible`` 1.x parses
-  it for opencode 1.18): a role chunk, ``delta.tool_calls`` with ``index``/``id``/``function.name`` then
+- OpenAI Responses SSE as openai-python 3.x ``ResponseStreamEvent`` has it, and as openai/codex
+  (``codex-rs/codex-api/src/sse/responses.rs``, ``process_sse``) reads it: ``response.created``,
+  ``response.in_progress``, ``response.output_item.added`` / ``.done`` per item (``message`` with
+  ``output_text``, ``function_call`` with ``function_call_arguments.delta`` / ``.done``),
+  ``response.completed`` with ``id`` and ``usage`` (``input_tokens``, ``input_tokens_details``,
+  ``output_tokens``, ``output_tokens_details``, ``total_tokens``: the fields Codex requires); each with
+  ``sequence_number``. Codex 0.171 treats ``code: context_length_exceeded`` as its context-window error.
+- Chat Completions SSE (OpenAI's ``chat.completion.chunk``, as ``@ai-sdk/openai-compatible``, bundled
+  in opencode 1.18, parses it): a role chunk, ``delta.tool_calls`` with ``index``/``id``/``function.name`` then
   ``arguments`` fragments, ``finish_reason`` ``tool_calls`` or ``stop``, a usage chunk when
   ``stream_options.include_usage``, ``[DONE]``.
 
