@@ -33,7 +33,16 @@ from proxy.cache import SummaryCache
 from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_object
 from proxy.encoding import decode_body
 from proxy.errors import ProxyError, error_response
-from proxy.formats import FORMATS, ROUTES, Conversation, Route, WireFormat, format_for_path, match_route
+from proxy.formats import (
+    FORMATS,
+    ROUTES,
+    Conversation,
+    Route,
+    WireFormat,
+    client_field,
+    format_for_path,
+    match_route,
+)
 from proxy.logs import request_id
 from proxy.metrics import Metrics
 from proxy.ollama import OllamaUpstream
@@ -243,7 +252,12 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             metrics.overflows.labels("reject" if rejected else settings.overflow).inc()
             if rejected:
                 field = wire.reply_field or plan.reply_field
-                raise context_length_error(replace(plan, reply_field=field))
+                raise context_length_error(
+                    replace(plan, reply_field=field),
+                    wire=wire.name,
+                    field_of=functools.partial(client_field, wire, body, conversation),
+                    streamed=wire.streamed(body),
+                )
         if plan.result.changed:
             log.info(plan.summary())
         if settings.log_bodies:

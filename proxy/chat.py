@@ -8,15 +8,16 @@ when nothing changes the original bytes are forwarded.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 from proxy.compaction import Budget, CompactionResult, NoteMemo, Policy, compact
-from proxy.errors import ProxyError
+from proxy.errors import ContextOverflowError, ProxyError
 from proxy.settings import ModelWindow
-from proxy.tokens import RequestCounter
+from proxy.tokens import REPLY_PRIMER, RequestCounter
 
 Body = dict[str, Any]
 
@@ -142,7 +143,7 @@ class ChatPlan:
         if self.summarized:
             headers["x-compaction-summarized"] = str(self.summarized)
         if result.capped:
-            headers["x-compaction-capped"] = ",".join(map(str, result.capped))
+            headers["x-compaction-capped"] = str(len(result.capped))
         inside = self._inside_protected()
         if any(inside.values()):
             headers["x-compaction-protected"] = " ".join(f"{k}={len(v)}" for k, v in inside.items())
@@ -233,37 +234,75 @@ def plan_chat(
     )
 
 
-def context_length_error(plan: ChatPlan) -> ProxyError:
+def context_length_error(
+    plan: ChatPlan,
+    *,
+    wire: str = "chat",
+    field_of: Callable[[int], str] | None = None,
+    streamed: bool = False,
+) -> ContextOverflowError:
+    """The "cannot fit" 400 in the route's own overflow language (the one its clients recover on:
+    Anthropic's "prompt is too long: N tokens > M maximum", OpenAI's `context_length_exceeded` and
+    "maximum context length is N tokens", Ollama's "input length exceeds maximum context length"),
+    naming the client's own field that does not fit (`field_of` maps a neutral message index to it)
+    and the remedy that would really help."""
     r = plan.result
-    reply = ""
-    if plan.reply is not None and plan.budget.limit < int(plan.window.window * plan.window.threshold):
-        reply = (
+    window = plan.window.window
+    tokens = r.tokens_before if r.over_window else r.tokens_after
+    maximum = window if tokens > window else plan.budget.limit
+    field, part = _culprit(plan, field_of or (lambda i: f"messages[{i}]"))
+    if r.over_window:
+        detail = (
+            f"No compaction can make it fit: what the proxy never cuts (the system prompt, the tool "
+            f"schemas and the user messages) alone does not fit the window of {window} tokens."
+        )
+        if field:
+            detail += f" The largest part is {field}, about {part} tokens: {_remedy(field)}"
+    else:
+        detail = (
+            f"After compaction it is still about {r.tokens_after} tokens (the proxy's line is "
+            f"{plan.budget.limit}), and the protected recent part cannot be compacted further."
+        )
+    if _lower_reply_helps(plan):
+        detail += (
             f" The reply limit you asked for ({plan.reply_field}={plan.reply}) leaves {plan.budget.limit} "
             "tokens of the window for the prompt: lower it to leave more."
         )
-    if r.over_window:
-        culprit = ""
-        if r.oversized:
-            index, tokens = r.oversized
-            culprit = (
-                f" messages[{index}] alone is about {tokens} tokens, and a system prompt or user message is"
-                " never cut."
-            )
-        return ProxyError(
-            400,
-            f"This model's maximum context length is {plan.window.window} tokens. However, your messages "
-            f"resulted in about {r.tokens_before} tokens, and no compaction can make them fit: the system "
-            f"prompt, the tool schemas and the user messages alone do not fit.{culprit} Please reduce the "
-            f"length of the messages.{reply}",
-            code="context_length_exceeded",
-            param="messages",
+    if wire == "messages":
+        message = f"prompt is too long: {tokens} tokens > {maximum} maximum. {detail}"
+    elif wire == "ollama":
+        message = f"input length exceeds maximum context length ({tokens} tokens > {maximum}). {detail}"
+    else:
+        message = (
+            f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+            f"{tokens} tokens. {detail} Please reduce the length of the messages."
         )
-    return ProxyError(
-        400,
-        f"This model's maximum context length is {plan.window.window} tokens. However, your messages "
-        f"resulted in about {r.tokens_after} tokens after compaction (the line is {plan.budget.limit}), "
-        "and the protected recent part cannot be compacted further. Please reduce the length of the "
-        f"messages.{reply}",
-        code="context_length_exceeded",
-        param="messages",
-    )
+    param = field or ("input" if wire == "responses" else "messages")
+    return ContextOverflowError(message, wire=wire, param=param, streamed=streamed)
+
+
+def _culprit(plan: ChatPlan, field_of: Callable[[int], str]) -> tuple[str | None, int]:
+    """The biggest part that is never cut, by the client's own name for it: a message, or the tool
+    schemas (counted in the budget's fixed part)."""
+    r = plan.result
+    if not r.over_window:
+        return None, 0
+    fixed = plan.budget.fixed - REPLY_PRIMER
+    if r.oversized and r.oversized[1] >= fixed:
+        return field_of(r.oversized[0]), r.oversized[1]
+    return ("tools", fixed) if fixed > 0 else (None, 0)
+
+
+def _remedy(field: str) -> str:
+    if field == "tools":
+        return "offer fewer tools, or shorter tool descriptions and schemas."
+    if field in ("system", "instructions") or field.startswith("system"):
+        return "shorten the system prompt."
+    return "shorten that message, or start a new conversation."
+
+
+def _lower_reply_helps(plan: ChatPlan) -> bool:
+    """Lowering the reply limit helps only when it is what pushed the line down and the prompt
+    would then fit under the line at its full height."""
+    full = int(plan.window.window * plan.window.threshold)
+    return plan.reply is not None and plan.budget.limit < full and plan.result.tokens_after <= full

@@ -215,9 +215,8 @@ async def test_over_the_window_is_never_forwarded_even_with_overflow_forward() -
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
-    assert (
-        "messages[11] alone is about 10008 tokens" in error["message"] and "8000 tokens" in error["message"]
-    )
+    assert "messages[11], about 10008 tokens" in error["message"] and "8000 tokens" in error["message"]
+    assert error["param"] == "messages[11]"
     assert upstream.requests == []
 
 

@@ -9,13 +9,23 @@ from dataclasses import dataclass
 
 from starlette.routing import compile_path
 
+from proxy.chat import Body
 from proxy.formats.anthropic import AnthropicMessages
 from proxy.formats.base import Conversation, WireFormat
 from proxy.formats.chat import ChatCompletions
 from proxy.formats.ollama import OllamaChat
 from proxy.formats.responses import Responses
 
-__all__ = ["FORMATS", "ROUTES", "Conversation", "Route", "WireFormat", "format_for_path", "match_route"]
+__all__ = [
+    "FORMATS",
+    "ROUTES",
+    "Conversation",
+    "Route",
+    "WireFormat",
+    "client_field",
+    "format_for_path",
+    "match_route",
+]
 
 CHAT = ChatCompletions()
 AZURE = ChatCompletions(model_param="deployment", name="azure")
@@ -64,3 +74,23 @@ def format_for_path(path: str) -> WireFormat:
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return ANTHROPIC
     return AZURE if path.startswith(("/openai/", "/deployments/")) else CHAT
+
+
+# Where each format keeps what lives outside its list of messages (neutral messages with no source).
+_OUTSIDE_FIELDS = {"messages": "system", "responses": "instructions"}
+_LIST_FIELDS = {"messages": "messages", "responses": "input"}
+
+
+def client_field(wire: WireFormat, body: Body, conversation: Conversation, index: int) -> str:
+    """The client's own name for neutral message `index`: `system` or `instructions` for what lives
+    outside the list, else `messages[i]` / `input[i]` in the client's own indexing."""
+    sources = conversation.sources
+    if not sources or index >= len(sources):  # Chat Completions and Ollama: the list is the messages
+        return f"messages[{index}]"
+    parts = sources[index]
+    if not parts:
+        return _OUTSIDE_FIELDS.get(wire.name, "messages")
+    name = _LIST_FIELDS.get(wire.name, "messages")
+    if wire.name == "responses" and isinstance(body.get("input"), str):
+        return "input"
+    return f"{name}[{parts[0].item}]"
