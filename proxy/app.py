@@ -40,8 +40,10 @@ from proxy.formats import (
     Route,
     WireFormat,
     client_field,
+    context_edits,
     format_for_path,
     match_route,
+    server_manages_context,
 )
 from proxy.logs import request_id
 from proxy.metrics import Metrics
@@ -123,6 +125,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     if transport is not None:
         wire(transport)
     api_keys = [key.get_secret_value().encode() for key in settings.api_keys]
+    upstream_kind = {"upstream_url": settings.upstream_url, "upstream_kind": settings.upstream_kind}
 
     # Errors in the shape of the client's protocol (Anthropic's on its routes).
     @app.exception_handler(ProxyError)
@@ -206,7 +209,11 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     async def compact_report(
         request: Request, wire: WireFormat, body: dict[str, Any], params: dict[str, str]
     ) -> Response:
-        conversation = wire.read(body, params)
+        if server_manages_context(wire, body, **upstream_kind):
+            conversation = None
+        else:
+            body = context_edits(wire, body)
+            conversation = wire.read(body, params)
         if conversation is None:
             report: dict[str, Any] = {"messages": None, "report": {"compacted": False, "left_alone": True}}
             return Response(dump_json(report), media_type="application/json")
@@ -237,6 +244,10 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         body = parse_json_object(raw)
         wire = route.format
         path = route.upstream or raw_path(request)
+        if server_manages_context(wire, body, **upstream_kind):  # the server compacts this itself
+            return await until_disconnect(request, forward(request, path, raw, route))
+        if (edited := context_edits(wire, body)) is not body:
+            body, raw = edited, dump_json(edited)
         conversation = wire.read(body, request.path_params)
         if conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, forward(request, path, raw, route))

@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     upstream_url: str = "http://localhost:11434/v1"
     upstream_api_key: SecretStr | None = None
 
-    upstream_kind: Literal["auto", "ollama", "openai"] = "auto"
+    upstream_kind: Literal["auto", "ollama", "openai", "anthropic"] = "auto"
     ollama_num_ctx: bool = True
     ollama_max_num_ctx: int = Field(default=32768, gt=0)
 
