@@ -79,6 +79,10 @@ class Calibrator:
         state = self._models.get(model)
         return state.factor if state and self.enabled else 1.0
 
+    def calibrated(self, model: str) -> bool:
+        """Whether the upstream has reported a count for `model` yet."""
+        return self.enabled and model in self._models
+
     def observe(self, model: str, estimated: int, reported: int) -> None:
         """Learn from one prompt the proxy estimated at `estimated` raw tokens and the upstream counted."""
         if not self.enabled or estimated < MIN_SAMPLE or reported < MIN_RATIO * estimated:

@@ -54,7 +54,9 @@ class OllamaUpstream:
         self.root_url = settings.upstream_url.rstrip("/").removesuffix("/v1")
         self.refresh = refresh
         self.clock = clock
-        self._kind: bool | None = {"ollama": True, "openai": False, "anthropic": False}.get(settings.upstream_kind)
+        self._kind: bool | None = {"ollama": True, "openai": False, "anthropic": False}.get(
+            settings.upstream_kind
+        )
         self._kind_retry = 0.0
         self._asking = asyncio.Lock()
         self._windows: dict[str, int] = {}

@@ -71,6 +71,7 @@ class ModelWindow:
     keep_recent_tool_results: int = 3
     auto: bool = False
     requested: int | None = None  # the window the request set itself (Ollama's `num_ctx`)
+    stops_at_end: bool = False  # the server ends a reply at the window's end (llama.cpp, Ollama)
 
 
 class Settings(BaseSettings):
@@ -91,7 +92,7 @@ class Settings(BaseSettings):
     tokenizer: str = "estimate"
     exact_count_from: float = Field(default=0.5, ge=0)
     calibrate: bool = True
-    clamp_max_tokens: bool = False
+    clamp_max_tokens: bool | Literal["auto"] = "auto"
     threshold: float = Field(default=0.8, gt=0, le=1)
     target: float = Field(default=0.6, gt=0, le=1)
     keep_recent_turns: int = Field(default=2, ge=1)

@@ -400,7 +400,9 @@ async def test_a_rejected_responses_request_names_its_own_reply_field() -> None:
     """The reply limit took the room (a 1,300-token prompt under a line of 1,100 it pushed down from
     1,600): lowering it is the remedy, named by the client's own field."""
     body = {"model": "m", "input": [{"role": "user", "content": "x" * 5_200}], "max_output_tokens": 900}
-    async with proxy_client(RecordingUpstream(), window=2000, overflow="reject") as client:
+    async with proxy_client(
+        RecordingUpstream(), window=2000, overflow="reject", clamp_max_tokens=False
+    ) as client:
         response = await client.post("/v1/responses", json=body)
     assert response.status_code == 400
     assert "max_output_tokens=900" in response.json()["error"]["message"]
