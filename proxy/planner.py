@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -33,9 +34,11 @@ log = logging.getLogger("proxy")
 SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
 NOTE_MEMO_SIZE = 4096
-# Requests with this much message text are planned in a worker thread (see `benchmarks/` for the
-# threshold: below it the thread hop would cost more than it frees).
-OFFLOAD_CHARS = 200_000
+# Requests with this much message text are planned in a worker thread: a first plan of it takes about
+# 50 ms here, a warm one 5 ms, so the hop (0.1-0.3 ms) is a few percent of it; smaller requests stay on
+# the loop, where the hop would cost more than it frees (`benchmarks/bench_planning.py`).
+OFFLOAD_CHARS = 500_000
+OFFLOAD_SWITCH_INTERVAL = 0.0005  # seconds
 
 
 @lru_cache(maxsize=16)
@@ -115,6 +118,8 @@ class Planner:
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
         self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE))
         self._no_exact_until = 0.0
+        self._offloaded = 0  # plans running in worker threads now
+        self._switch_interval = sys.getswitchinterval()
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
         self.policy = Policy(
@@ -220,9 +225,21 @@ class Planner:
     ) -> ChatPlan:
         """`_plan`, in a worker thread for a large request: compacting a big history is CPU work
         that would otherwise keep every other client of this process waiting."""
-        if offload:
+        if not offload:
+            return self._plan(body, messages, window, spec, factor, margin)
+        # The worker holds the GIL while it plans; the event loop gets it back only every switch
+        # interval, after each socket call of another client's request: a shorter one while a plan
+        # runs keeps those requests quick (5 ms, Python's default, added up to 50 ms per /healthz).
+        if self._offloaded == 0:
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(OFFLOAD_SWITCH_INTERVAL)
+        self._offloaded += 1
+        try:
             return await asyncio.to_thread(self._plan, body, messages, window, spec, factor, margin)
-        return self._plan(body, messages, window, spec, factor, margin)
+        finally:
+            self._offloaded -= 1
+            if self._offloaded == 0:
+                sys.setswitchinterval(self._switch_interval)
 
     def counter_for(self, plan: ChatPlan, factor: float | None = None) -> RequestCounter:
         """The counter `plan` was counted with (the upstream's count scales the estimate)."""
