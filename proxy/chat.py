@@ -320,6 +320,12 @@ def context_length_error(
         message = f"prompt is too long: {tokens} tokens > {maximum} maximum. {detail}"
     elif wire == "ollama":
         message = f"input length exceeds maximum context length ({tokens} tokens > {maximum}). {detail}"
+    elif wire == "responses":  # OpenAI's Responses wording, then its chat wording
+        message = (
+            f"Your input exceeds the context window of this model: its maximum context length is {window} "
+            f"tokens, and your input resulted in {tokens} tokens. {detail} Please reduce the length of "
+            "the messages."
+        )
     else:
         message = (
             f"This model's maximum context length is {window} tokens. However, your messages resulted in "

@@ -9,8 +9,11 @@ The strings matched are the clients' own:
 - openai/codex (`codex-rs/codex-api/src/sse/responses.rs`, `is_context_window_error`): a
   `response.failed` event whose `error.code` is `context_length_exceeded`; a plain HTTP 400 is only
   an `InvalidRequest` there (`codex-rs/codex-api/src/api_bridge.rs`, `map_api_error`).
-- OpenAI's chat wording, which opencode and most agent harnesses match:
-  `context_length_exceeded` and `maximum context length is \\d+ tokens`.
+- opencode (sst/opencode, the `ProviderError` namespace's `OVERFLOW_PATTERNS`, found by content in
+  the code index, which did not name its path; adapted there from pi-mono's
+  `packages/ai/src/utils/overflow.ts`): `/exceeds the context window/i` (OpenAI, "Completions +
+  Responses API message text"), `/maximum context length is \\d+ to/i`, `/reduce the length of the
+  messages/i`, `/prompt is too long/i`.
 - Ollama: `{"error": "..."}` (api/types.go `StatusError`), "input length exceeds maximum context length".
 """
 
@@ -29,6 +32,20 @@ from tests.format_fixtures import WINDOW, recorded
 
 CLAUDE_CODE_2_1_197 = re.compile(r"prompt is too long[^0-9]*(\d+)\s*tokens?\s*>\s*(\d+)")
 OPENAI_WORDING = re.compile(r"maximum context length is \d+ tokens", re.IGNORECASE)
+OPENCODE_PATTERNS = [
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"prompt is too long",
+        r"exceeds the context window",
+        r"maximum context length is \d+ to",
+        r"reduce the length of the messages",
+    )
+]
+
+
+def opencode_sees_an_overflow(message: str) -> bool:
+    return any(p.search(message) for p in OPENCODE_PATTERNS)
+
 
 HUGE = "word " * (WINDOW * 2)  # a system prompt alone well over the window
 
@@ -74,7 +91,7 @@ def test_openai_chat_overflow_names_the_message_in_the_clients_indexing(proxy: s
             ],
         )
     assert caught.value.code == "context_length_exceeded"
-    assert OPENAI_WORDING.search(caught.value.message)
+    assert OPENAI_WORDING.search(caught.value.message) and opencode_sees_an_overflow(caught.value.message)
     assert caught.value.param == "messages[3]"
 
 
@@ -100,6 +117,7 @@ def test_responses_overflow_names_instructions(proxy: str) -> None:
         oai(proxy).responses.create(model="small", instructions=HUGE, input="hi")
     assert caught.value.code == "context_length_exceeded"
     assert OPENAI_WORDING.search(caught.value.message)
+    assert "exceeds the context window" in caught.value.message  # OpenAI's Responses wording
     assert caught.value.param == "instructions"
 
 
