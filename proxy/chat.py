@@ -305,7 +305,7 @@ def context_length_error(
             f"schemas and the user messages) alone does not fit the window of {window} tokens."
         )
         if field:
-            detail += f" The largest part is {field}, about {part} tokens: {_remedy(field)}"
+            detail += f" The largest part is {field}, about {part} tokens: {_remedy(plan, field)}"
     else:
         detail = (
             f"After compaction it is still about {r.tokens_after} tokens (the proxy's line is "
@@ -347,10 +347,12 @@ def _culprit(plan: ChatPlan, field_of: Callable[[int], str]) -> tuple[str | None
     return ("tools", fixed) if fixed > 0 else (None, 0)
 
 
-def _remedy(field: str) -> str:
+def _remedy(plan: ChatPlan, field: str) -> str:
     if field == "tools":
         return "offer fewer tools, or shorter tool descriptions and schemas."
-    if field in ("system", "instructions") or field.startswith("system"):
+    r = plan.result
+    role = r.messages[r.oversized[0]].get("role") if r.oversized else None
+    if field in ("system", "instructions") or role in ("system", "developer"):
         return "shorten the system prompt."
     return "shorten that message, or start a new conversation."
 

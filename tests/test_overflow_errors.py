@@ -74,7 +74,8 @@ def test_anthropic_overflow_speaks_claude_codes_language_and_names_system(
     assert "prompt is too long" in message.lower()  # Claude Code 2.1.0
     match = CLAUDE_CODE_2_1_197.search(message)  # Claude Code 2.1.197
     assert match and int(match.group(1)) > int(match.group(2)) == WINDOW
-    assert "system" in message and "messages[0]" not in message
+    assert "The largest part is system" in message and "messages[0]" not in message
+    assert "shorten the system prompt" in message
     assert "max_tokens" not in message, "the prompt alone is over the window: the reply limit is not why"
     assert not recorded(upstream), "nothing is forwarded"
 
