@@ -11,10 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.chat import budget_for, estimate_margin, text_size
 from proxy.formats import ANTHROPIC, RESPONSES, WireFormat, context_edits, server_manages_context
 from proxy.formats.anthropic import CLEARED_RESULT
+from proxy.settings import Settings
 from proxy.tokenizers import load_text_counter
-from proxy.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
+from proxy.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, RequestCounter, text_of
 from tests.fakes import RecordingUpstream, completion, proxy_client
 from tests.test_loops import PYTEST, one_request_loop, step
 
@@ -376,3 +378,18 @@ async def test_without_an_exact_count_a_request_that_may_fit_is_not_refused() ->
     assert response.status_code == 200 and again.status_code == 200
     tokenize_calls = [r for r in upstream.requests if r.url.path == "/tokenize"]
     assert len(tokenize_calls) == 1, "a server without /tokenize is asked once, not per request"
+
+
+def test_the_margin_follows_the_kind_of_text_and_shrinks_once_calibrated() -> None:
+    english = [{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 50}]
+    chinese = [{"role": "user", "content": "这是一份粘贴进来的中文文档内容很长" * 50}]
+    assert estimate_margin(text_size(english)) == pytest.approx(0.16)
+    assert estimate_margin(text_size(chinese)) > 0.38  # 28% under cl100k: 1.39x real per estimated
+    assert estimate_margin(text_size(chinese), calibrated=True) == pytest.approx(
+        estimate_margin(text_size(chinese)) / 2
+    )
+    # Judged against the window less the margin: a Chinese paste the estimate puts at 14,866 tokens
+    # at a 16k window (17,264 real by cl100k, issue 19) is over the usable window.
+    window = Settings(_env_file=None, window=16384).window_for("m")
+    budget = budget_for({}, window, RequestCounter(len), margin=estimate_margin(text_size(chinese)))
+    assert budget.window is not None and budget.window < 14_866 and budget.limit <= budget.window
