@@ -70,6 +70,7 @@ from proxy.upstream import (
 log = logging.getLogger("proxy")
 
 LOGGED_BODY_BYTES = 64 * 1024
+OFFLOAD_BYTES = 1024 * 1024
 # Where a configured upstream key goes, by wire format, when that server reads its own header.
 KEY_HEADERS = {"messages": b"x-api-key", "azure": b"api-key"}
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -241,7 +242,9 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     async def compact_and_forward(request: Request, route: Route) -> Response:
         """Read the request into the neutral conversation, compact it, forward it, relay the answer."""
         raw = await read_json_body(request, settings.max_body_bytes)
-        body = parse_json_object(raw)
+        # A large body is parsed in a worker thread, like its plan: other clients are served meanwhile.
+        big = len(raw) >= OFFLOAD_BYTES
+        body = await asyncio.to_thread(parse_json_object, raw) if big else parse_json_object(raw)
         wire = route.format
         path = route.upstream or raw_path(request)
         if server_manages_context(wire, body, **upstream_kind):  # the server compacts this itself
