@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from proxy.cache import LruCache
+from proxy.cache import LruCache, ModelTable
 from proxy.calibration import Calibrator, truncated_window
 from proxy.chat import Body, ChatPlan, plan_chat, validated_messages
 from proxy.compaction import Policy
@@ -89,7 +89,7 @@ class Planner:
         self.metrics = metrics
         # The window the upstream was seen cutting at, per model and per window the request set (for
         # Ollama, a request without `num_ctx` runs at its default, one with it at that size).
-        self.seen_windows: dict[tuple[str, int | None], int] = {}
+        self.seen_windows: ModelTable[int] = ModelTable()
         self.notes = LruCache(NOTE_MEMO_SIZE)  # written notes, reused as the chat resends old results
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
@@ -228,5 +228,5 @@ class Planner:
         if self.metrics:
             self.metrics.upstream_truncations.inc()
         key = (plan.model, plan.window.requested)
-        self.seen_windows[key] = min(window, self.seen_windows.get(key, window))
+        self.seen_windows[key] = min(window, self.seen_windows.get(key) or window)
         return Truncation(plan.model, sent, reported, window)

@@ -18,10 +18,14 @@ import orjson
 
 from proxy.cache import SummaryCache
 from proxy.chat import ChatPlan
+from proxy.probes import fetch
 from proxy.summary import Chunk, chunks, marker_positions, summary_message, summary_request
 from proxy.tokens import RequestCounter
 
 log = logging.getLogger("proxy.summarizer")
+
+# A summary is at most `COMPACT_SUMMARY_TOKENS` long: an answer far larger is not one.
+MAX_SUMMARY_ANSWER_BYTES = 4 * 1024 * 1024
 
 
 class SummaryFailed(Exception):
@@ -123,16 +127,21 @@ class Summarizer:
         self.calls += 1
         body = summary_request(transcript, previous, model=model, max_tokens=self.max_tokens)
         auth = [(k, v) for k, v in headers if k.lower() == b"authorization"]
-        response = await self.client.post(
+        answer = await fetch(
+            self.client,
+            "POST",
             self.url,
-            content=orjson.dumps(body),
-            headers=[(b"content-type", b"application/json"), *auth],
+            [(b"content-type", b"application/json"), *auth],
+            orjson.dumps(body),
             timeout=self.timeout,
+            limit=MAX_SUMMARY_ANSWER_BYTES,
         )
-        if response.status_code != 200:
-            raise SummaryFailed(f"the summariser answered {response.status_code}")
+        if answer is None:
+            raise SummaryFailed("the summariser did not answer, or its answer was too large")
+        if answer[0] != 200:
+            raise SummaryFailed(f"the summariser answered {answer[0]}")
         try:
-            text = orjson.loads(response.content)["choices"][0]["message"]["content"]
+            text = orjson.loads(answer[1])["choices"][0]["message"]["content"]
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
             raise SummaryFailed(f"unreadable summary response: {exc}") from None
         if not isinstance(text, str) or not text.strip():
