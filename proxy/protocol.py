@@ -81,7 +81,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self.in_head and not self.transport.is_closing():
-            if self.deadline is None:  # the first byte of a head on a kept-alive connection
+            idle = self.cycle is None or self.cycle.response_complete  # not an answer under way
+            if self.deadline is None and idle:  # the first byte of a head on a kept-alive connection
                 self._arm(self.header_timeout, self._head_timed_out)
             end = (self.tail + data).find(HEAD_END)
             self.head_bytes += len(data) if end < 0 else max(0, end + len(HEAD_END) - len(self.tail))
