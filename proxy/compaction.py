@@ -489,7 +489,7 @@ class _Replay:
             return
         chars = int(len(text) * tokens / max(1, self.costs[i]))
         for _ in range(CAP_ROUNDS):
-            capped = cap_text(text, chars, tool=tool)
+            capped = self._cap_text(text, chars, tool)
             if capped is None:
                 return
             cost = self.count({**message, "content": capped})
@@ -500,6 +500,19 @@ class _Replay:
                     self.costs[i] = cost
                 return
             chars = int(chars * tokens / cost * 0.95)
+
+    def _cap_text(self, text: str, chars: int, tool: str | None) -> str | None:
+        # A loop caps its latest results again at every call (the same text to the same size, as the
+        # replay makes the same decisions): memoised like the notes, by hash. `cap_text` is a pure
+        # function of this key, so the decisions never depend on the memo.
+        key = ("cap", hash(text), len(text), chars, tool)
+        memo = self.memo
+        capped = memo.get(key) if memo is not None else None
+        if capped is None:
+            capped = cap_text(text, chars, tool=tool) or ""
+            if memo is not None:
+                memo.put(key, capped)
+        return capped or None
 
     def _facts_fit(self, kept: str) -> bool:
         """Whether a note's facts section stays within what the plan costed it at."""

@@ -1,0 +1,84 @@
+"""The engine's decisions in long agent loops (issues 16 and 19): one marker per dropped stretch,
+mid-conversation system messages dropped with their stretch, unread results capped only to the
+line, and caps memoised like notes."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from proxy.compaction import Budget, CompactionResult, Policy, compact
+from proxy.notes import CAP_WORDS
+from proxy.tokens import RequestCounter, count_chars4
+from tests.conversations import SYSTEM, tool_call
+
+Message = dict[str, Any]
+count = RequestCounter(count_chars4).message
+
+
+class RecordingMemo:
+    """A note memo that keeps everything and remembers what was put."""
+
+    def __init__(self) -> None:
+        self.items: dict[Hashable, str] = {}
+        self.puts = 0
+
+    def get(self, key: Hashable) -> str | None:
+        return self.items.get(key)
+
+    def put(self, key: Hashable, value: str) -> None:
+        self.items[key] = value
+        self.puts += 1
+
+
+def log_output(step: int, lines: int) -> str:
+    """Shell output of a test run: many plain lines, a failure in the middle, a summary at the end."""
+    out = [f"tests/test_mod{step}.py::test_case_{k} PASSED [{k}%]" for k in range(lines)]
+    out.insert(lines // 2, f"E   KeyError: 'missing_{step}'")
+    out.append(f"=== 1 failed, {lines} passed in 3.2{step}s ===")
+    return "\n".join(out)
+
+
+def loop(steps: int, *, result_lines: int = 40, reminder_every: int = 0) -> list[Message]:
+    """A coding agent's loop: one request, then `steps` tool calls, with a system reminder every
+    `reminder_every` steps (as Claude Code sends them) when set."""
+    chat: list[Message] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "The tests fail since the last merge: find out why and fix it."},
+    ]
+    for step in range(steps):
+        call = tool_call(f"call_{step}", "bash", command=f"pytest tests/test_mod{step}.py")
+        chat.append(
+            {"role": "assistant", "content": f"Step {step}: running the tests.", "tool_calls": [call]}
+        )
+        chat.append({"role": "tool", "tool_call_id": call["id"], "content": log_output(step, result_lines)})
+        if reminder_every and step % reminder_every == reminder_every - 1:
+            chat.append(
+                {"role": "system", "content": "Reminder: the todo list is empty; keep it up to date."}
+            )
+    return chat
+
+
+def run(chat: list[Message], budget: Budget, memo: RecordingMemo | None = None) -> CompactionResult:
+    return compact(chat, budget, count, Policy(), memo)
+
+
+# Caps are memoised like notes (issue 19, item 5).
+
+
+def test_caps_are_memoised_and_the_memo_changes_no_decision() -> None:
+    chat = loop(30, result_lines=400)
+    budget = Budget(limit=6400, target=4800, window=8000)
+    memo = RecordingMemo()
+    first = run(chat, budget, memo)
+    assert first.capped, "the loop's latest results are capped at this window"
+    capped = {
+        first.messages[k]["content"]
+        for k in range(len(first.messages))
+        if CAP_WORDS in str(first.messages[k].get("content"))
+    }
+    assert capped and capped <= set(memo.items.values()), "every cap is in the memo"
+    puts = memo.puts
+    again = run(chat, budget, memo)
+    assert memo.puts == puts, "the same request again: every note and cap is found in the memo"
+    assert again.messages == first.messages == run(chat, budget).messages
