@@ -298,7 +298,9 @@ class _Replay:
 
     def _exchanges(self) -> list[_Exchange]:
         """The tool exchanges, in order. One whose results do not all follow it (or that holds a
-        protected tool) is never dropped: that would leave an orphan, or lose what cannot be fetched."""
+        protected tool) is never dropped: that would leave an orphan, or lose what cannot be fetched.
+        A system message after an exchange (agents send reminders every few steps) goes with it: left
+        behind, each would split the dropped stretch it stands in, and each piece get a marker."""
         n = len(self.messages)
         last_result: dict[int, int] = {}
         for i in self.tools:
@@ -314,6 +316,8 @@ class _Replay:
             while end < n and self.roles[end] in TOOL_ROLES:
                 end += 1
             results = range(i + 1, end)
+            while end < n and self.roles[end] in LEADING_ROLES:
+                end += 1
             droppable = (
                 last_result.get(i, i) < end
                 and all(self._call_of(j)[0] in (i, j) for j in results)

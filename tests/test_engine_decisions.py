@@ -8,7 +8,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from proxy.compaction import Budget, CompactionResult, Policy, compact
-from proxy.notes import CAP_WORDS
+from proxy.notes import CAP_WORDS, is_dropped_marker
 from proxy.tokens import RequestCounter, count_chars4
 from tests.conversations import SYSTEM, tool_call
 
@@ -82,3 +82,47 @@ def test_caps_are_memoised_and_the_memo_changes_no_decision() -> None:
     again = run(chat, budget, memo)
     assert memo.puts == puts, "the same request again: every note and cap is found in the memo"
     assert again.messages == first.messages == run(chat, budget).messages
+
+
+# One marker per dropped stretch (issue 16, cause 3).
+
+
+def stretches(result: CompactionResult) -> list[range]:
+    return result.runs
+
+
+def assert_loop_invariants(chat: list[Message], result: CompactionResult) -> None:
+    out = result.messages
+    head = next(i for i, m in enumerate(chat) if m["role"] != "system")
+    assert out[:head] == chat[:head], "the leading system messages stay"
+    users = [m for m in chat if m["role"] == "user"]
+    assert [m for m in out if m["role"] == "user" and not is_dropped_marker(m)] == users
+    calls = {c["id"] for m in out for c in m.get("tool_calls") or []}
+    results = {m["tool_call_id"] for m in out if m["role"] == "tool"}
+    assert calls == results, "no orphaned call or result"
+    dropped = set(result.dropped)
+    for run in result.runs:
+        # Between two stretches there is a kept message that is not a system message.
+        after = run.stop
+        while after < len(chat) and chat[after]["role"] == "system" and after not in dropped:
+            after += 1
+        assert after == len(chat) or after not in dropped, (
+            f"a kept system message splits a stretch at {run.stop}"
+        )
+    assert len([m for m in out if is_dropped_marker(m)]) <= len(result.runs), "one marker per stretch at most"
+
+
+def test_reminders_in_a_long_loop_go_with_their_stretch_under_one_marker() -> None:
+    """Step 320 of a loop with a system reminder every 4 steps, at a 32k window: once, the request
+    went out with 80 copies of the reminder and 80 markers."""
+    chat = loop(320, result_lines=12, reminder_every=4)
+    reminders = sum(m["role"] == "system" for m in chat) - 1
+    assert reminders == 80
+    budget = Budget(limit=25_600, target=19_200, window=32_000)
+    result = run(chat, budget)
+    assert result.dropped and not result.overflow
+    assert_loop_invariants(chat, result)
+    assert len(result.runs) == 1, f"one dropped stretch, not {len(result.runs)}"
+    kept_reminders = [m for m in result.messages[1:] if m["role"] == "system"]
+    assert len(kept_reminders) <= reminders // 4, "the reminders of the dropped stretch went with it"
+    assert sum(1 for m in result.messages if "Earlier conversation dropped" in str(m.get("content"))) == 1
