@@ -65,6 +65,8 @@ KEPT_RESULT_SHARE = 0.5
 LOOP_DROP_SHARE = 0.5
 MIN_CAP_TOKENS = 256  # less would keep too little to be worth more than a note
 CAP_ROUNDS = 4
+CAP_FILL = 0.95  # a cap this close to its size is close enough
+CAP_NOTE_CHARS = 240  # what `cap_text` takes of its size for its own words
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +188,7 @@ class _Replay:
     memo: NoteMemo | None = None
     notes: dict[int, str] = field(default_factory=dict)
     caps: dict[int, str] = field(default_factory=dict)
+    uncapped: dict[int, int] = field(default_factory=dict)  # a capped result's cost before its cap
     # Tool results planned as notes: their text, tool, arguments and cost before the plan.
     planned: dict[int, tuple[str, str | None, str | None, int]] = field(default_factory=dict)
     facts_cost: int = 0
@@ -196,6 +199,7 @@ class _Replay:
     skipped: list[_Unit] = field(default_factory=list)
     users: list[int] = field(default_factory=list)
     tools: list[int] = field(default_factory=list)
+    replies: list[int] = field(default_factory=list)  # the assistant messages
     units: list[_Unit] = field(default_factory=list)
     exchanges: list[_Exchange] = field(default_factory=list)
     protected_dropped: bool = False
@@ -213,6 +217,7 @@ class _Replay:
         self.users = [i for i in range(self._head_end(), n) if self.roles[i] == "user"]
         self.units = self._units(self.users)
         self.tools = [i for i in range(n) if self.roles[i] in TOOL_ROLES]
+        self.replies = [i for i in range(n) if self.roles[i] == "assistant"]
         self.exchanges = self._exchanges()
         self.marker_cost = max(self.count(dropped_marker(n)), self.policy.gap_tokens)
         self.empty_cost = self.count({"content": ""})
@@ -381,7 +386,13 @@ class _Replay:
         for what still does not fit. User messages and assistant answers are never touched."""
         budget, tools = self.budget, self.tools
         last = bisect.bisect_left(tools, end)
-        kept = tools[max(0, last - self.policy.keep_recent_tool_results) : last]
+        # Results after the request's last assistant message are fresh: the model has not read them
+        # yet. They are all kept, and capped only as far as the line needs, after older material.
+        reply = bisect.bisect_left(self.replies, end) - 1
+        fresh_from = bisect.bisect_right(tools, self.replies[reply]) if reply >= 0 else 0
+        kept = tools[max(0, min(last - self.policy.keep_recent_tool_results, fresh_from)) : last]
+        fresh = [i for i in kept if i >= tools[fresh_from]] if fresh_from < last else []
+        read = kept[: len(kept) - len(fresh)]
         first_kept = kept[0] if kept else end
         # Every older result at once, not just down to the target: the next calls then append to an
         # unchanged prefix for longer, and each move costs the cache only the results kept last time.
@@ -392,12 +403,14 @@ class _Replay:
                 self._truncate(i)
         if self.acc <= budget.limit:
             return
-        # A huge recent result is cut before older exchanges are given up for it.
+        # A huge recent result is cut before older exchanges are given up for it: one already read
+        # down to the target, a fresh one only down to the line.
         share = max(MIN_CAP_TOKENS, int(budget.target * KEPT_RESULT_SHARE))
-        for i in sorted(kept, key=lambda i: -self.costs[i]):
-            if self.acc <= budget.limit or self.costs[i] <= share:
-                break
-            self._cap(i, max(share, self.costs[i] - (self.acc - budget.target)))
+        for results, aim in ((read, budget.target), (fresh, budget.limit)):
+            for i in sorted(results, key=lambda i: -self.costs[i]):
+                if self.acc <= budget.limit or self.costs[i] <= share:
+                    break
+                self._cap(i, max(share, self.costs[i] - (self.acc - aim)))
         if self.acc <= budget.limit:
             return
         exchanges = self.exchanges
@@ -411,11 +424,17 @@ class _Replay:
             self.next_exchange += 1
             if exchange.droppable:
                 self._drop(exchange.start, exchange.end)
-        # Whatever is still over: the kept results, biggest first, down to what is left for them.
-        for i in sorted(kept, key=lambda i: -self.costs[i]):
-            if self.acc <= budget.limit:
-                break
-            self._cap(i, self.costs[i] - (self.acc - budget.target))
+        # Whatever is still over: the results already read, biggest first, down to what is left for
+        # them; then the fresh ones, only to the line.
+        for results, aim in ((read, budget.target), (fresh, budget.limit)):
+            for i in sorted(results, key=lambda i: -self.costs[i]):
+                if self.acc <= budget.limit:
+                    break
+                self._cap(i, self.costs[i] - (self.acc - aim))
+        # A fresh result capped before the drops gets back what they freed, up to the line.
+        for i in fresh:
+            if i in self.caps and self.acc < budget.limit:
+                self._cap(i, self.costs[i] + budget.limit - self.acc, grow=True)
 
     def _truncate(self, i: int) -> None:
         """Plan a note for tool result `i`. Building a note means finding the facts in the result, the
@@ -474,8 +493,9 @@ class _Replay:
                 self.memo.put(key, note)
         return note
 
-    def _cap(self, i: int, tokens: int) -> None:
-        """Cut kept tool result `i` to about `tokens`, keeping its head, tail and error lines."""
+    def _cap(self, i: int, tokens: int, *, grow: bool = False) -> None:
+        """Cut kept tool result `i` to about `tokens`, keeping its head, tail and error lines; with
+        `grow`, cut a capped result again from the whole, bigger (or not at all, if it all fits)."""
         message = self.messages[i]
         content = message.get("content")
         _, tool, _ = self._call_of(i)
@@ -489,21 +509,39 @@ class _Replay:
             return
         text = text_of(content)
         tokens = max(MIN_CAP_TOKENS, tokens)
-        if tokens >= self.costs[i] or not text:
+        whole = self.uncapped.get(i, self.costs[i])
+        if grow and tokens >= whole:
+            self.caps.pop(i, None)
+            self.acc += whole - self.costs[i]
+            self.costs[i] = whole
             return
-        chars = int(len(text) * tokens / max(1, self.costs[i]))
+        if (tokens >= self.costs[i] and not grow) or not text:
+            return
+        chars = int(len(text) * tokens / max(1, whole))
+        best: tuple[int, str] | None = None
         for _ in range(CAP_ROUNDS):
             capped = self._cap_text(text, chars, tool)
             if capped is None:
-                return
+                break
             cost = self.count({**message, "content": capped})
             if cost <= tokens:
-                if cost < self.costs[i]:
-                    self.caps[i] = capped
-                    self.acc -= self.costs[i] - cost
-                    self.costs[i] = cost
-                return
-            chars = int(chars * tokens / cost * 0.95)
+                if best is None or cost > best[0]:
+                    best = (cost, capped)
+                if cost >= tokens * CAP_FILL:
+                    break
+                # `cap_text` keeps less than it is given when the cut part has few error lines.
+                grown = min(int(chars * tokens / max(1, cost) * 0.98), len(text) + CAP_NOTE_CHARS - 1)
+                if grown <= chars:
+                    break
+                chars = grown
+            else:
+                chars = int(chars * tokens / cost * 0.95)
+        if best is not None and (best[0] < self.costs[i] or (grow and best[0] > self.costs[i])):
+            cost, capped = best
+            self.uncapped.setdefault(i, whole)
+            self.caps[i] = capped
+            self.acc -= self.costs[i] - cost
+            self.costs[i] = cost
 
     def _cap_text(self, text: str, chars: int, tool: str | None) -> str | None:
         # A loop caps its latest results again at every call (the same text to the same size, as the

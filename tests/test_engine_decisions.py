@@ -126,3 +126,59 @@ def test_reminders_in_a_long_loop_go_with_their_stretch_under_one_marker() -> No
     kept_reminders = [m for m in result.messages[1:] if m["role"] == "system"]
     assert len(kept_reminders) <= reminders // 4, "the reminders of the dropped stretch went with it"
     assert sum(1 for m in result.messages if "Earlier conversation dropped" in str(m.get("content"))) == 1
+
+
+# A result the model has not read yet is capped only to the line (issue 16, cause 4).
+
+
+def with_fresh_result(chat: list[Message], chars: int) -> list[Message]:
+    call = tool_call("call_fresh", "bash", command="cat build.log")
+    lines = [f"[{k:05d}] compiling module_{k}.c ... ok" for k in range(chars // 40)]
+    text = "\n".join(lines)[:chars]
+    return [
+        *chat,
+        {"role": "assistant", "content": "Reading the build log.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": text},
+    ]
+
+
+def test_a_fresh_result_is_capped_to_the_line_not_to_the_target() -> None:
+    """8k window, newest result 24,000 chars: it was cut to 11,102 chars and the request went out at
+    4,120 tokens although everything up to the line (6,400) was free. (Here counted as chars/4, so
+    the result is 32,000 chars to weigh what 24,000 did with the proxy's estimate.)"""
+    chat = with_fresh_result(loop(3, result_lines=4), 32_000)
+    budget = Budget(limit=6400, target=4800, window=8000)
+    result = run(chat, budget)
+    assert result.capped == (len(chat) - 1,) and not result.dropped and not result.overflow
+    # Within what `cap_text` can keep of it (a quarter of a cap is room for error lines).
+    assert budget.limit - 400 <= result.tokens_after <= budget.limit, result.tokens_after
+    assert len(result.messages[-1]["content"]) > 22_000
+
+
+def test_a_fresh_result_is_never_capped_below_what_fits_once_older_exchanges_are_dropped() -> None:
+    """Older exchanges too big to keep with the fresh result: they go, and the fresh result gets what
+    they leave up to the line, not the share it was first capped to."""
+    chat = with_fresh_result(loop(40, result_lines=12), 40_000)
+    budget = Budget(limit=6400, target=4800, window=8000)
+    result = run(chat, budget)
+    assert result.dropped and not result.overflow
+    assert_loop_invariants(chat, result)
+    assert budget.limit - 300 <= result.tokens_after <= budget.limit, result.tokens_after
+    fresh = result.messages[-1]
+    assert fresh["tool_call_id"] == "call_fresh" and CAP_WORDS in fresh["content"]
+    assert count(fresh) >= budget.limit - sum(count(m) for m in result.messages[:-1]) - 300
+
+
+def test_fresh_results_of_parallel_calls_are_never_noted() -> None:
+    """Five parallel calls the model has not read: none is replaced by a note (the three-result rule
+    keeps the last three only once they have been read)."""
+    chat = loop(2, result_lines=4)
+    calls = [tool_call(f"p{k}", "bash", command=f"cat part{k}.log") for k in range(5)]
+    chat.append({"role": "assistant", "content": None, "tool_calls": calls})
+    chat.extend(
+        {"role": "tool", "tool_call_id": c["id"], "content": log_output(k, 150)} for k, c in enumerate(calls)
+    )
+    result = run(chat, Budget(limit=6400, target=4800, window=8000))
+    assert result.changed
+    fresh = range(len(chat) - 5, len(chat))
+    assert not set(result.truncated) & set(fresh), "an unread result was noted"
