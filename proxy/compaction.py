@@ -34,8 +34,8 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import itertools
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from proxy.notes import (
@@ -92,6 +92,27 @@ class Policy:
 
 
 @dataclass(frozen=True, slots=True)
+class Marker:
+    """What stands where the run of messages `run` was dropped, placed so that roles still alternate
+    (strict chat templates raise otherwise): its own message with `role` (assistant between two
+    user-side messages, user between two assistant messages), or, where no role fits both
+    neighbours, its text merged into the kept assistant message `into` (before that message's own
+    content when it follows the run, after it when it comes before). `position` is the index in
+    `CompactionResult.messages` of the message that holds it."""
+
+    run: range
+    text: str
+    role: str | None
+    into: int | None = None
+    position: int = 0
+
+    @property
+    def merged_before(self) -> bool:
+        """Merged at the start of the message after the run (else at the end of the one before)."""
+        return self.into is not None and self.into >= self.run.stop
+
+
+@dataclass(frozen=True, slots=True)
 class CompactionResult:
     """What the engine decided. Indices refer to the messages it was given."""
 
@@ -109,6 +130,7 @@ class CompactionResult:
     # message that may not be cut (a system or user message), with its tokens.
     over_window: bool = False
     oversized: tuple[int, int] | None = None
+    markers: tuple[Marker, ...] = ()  # one per run of dropped messages, in order
 
     @property
     def changed(self) -> bool:
@@ -133,6 +155,44 @@ class CompactionResult:
     def level(self) -> int:
         """The highest level used: 0 nothing, 1 tool results truncated or capped, 2 exchanges dropped."""
         return 2 if self.dropped else 1 if self.truncated or self.capped else 0
+
+
+def merged_content(content: Any, before: Sequence[str], after: Sequence[str]) -> Any:
+    """`content` (text or parts) with marker texts before and after it."""
+    if isinstance(content, list):
+        return [
+            *({"type": "text", "text": t} for t in before),
+            *content,
+            *({"type": "text", "text": t} for t in after),
+        ]
+    own = [content] if isinstance(content, str) and content else []
+    return "\n\n".join([*before, *own, *after])
+
+
+def with_marker_texts(
+    result: CompactionResult, texts: Mapping[int, str], messages: Sequence[Message]
+) -> CompactionResult:
+    """`result` with the text of marker `k` replaced by `texts[k]` (a summary) where it stands,
+    merged ones merged again into the original `messages` they were merged into."""
+    markers = [replace(m, text=texts[k]) if k in texts else m for k, m in enumerate(result.markers)]
+    out = list(result.messages)
+    for k, marker in enumerate(markers):
+        if k not in texts:
+            continue
+        if marker.into is None:
+            out[marker.position] = {**out[marker.position], "content": marker.text}
+            continue
+        into = [m for m in markers if m.into == marker.into]
+        message = messages[marker.into]
+        out[marker.position] = {
+            **message,
+            "content": merged_content(
+                message.get("content"),
+                [m.text for m in into if m.merged_before],
+                [m.text for m in into if not m.merged_before],
+            ),
+        }
+    return replace(result, messages=out, markers=tuple(markers))
 
 
 class NoteMemo(Protocol):
@@ -571,23 +631,72 @@ class _Replay:
             self.acc -= self.costs[i]
             self.acc += self.marker_cost * (1 - joins)
 
+    def _placements(self) -> list[Marker]:
+        """Each dropped run's marker, placed so that roles alternate around it: tool results and
+        system messages stand on the user's side."""
+        n, dropped, roles = len(self.messages), self.dropped, self.roles
+        placed: list[Marker] = []
+        i = 0
+        while i < n:
+            if not dropped[i]:
+                i += 1
+                continue
+            start = i
+            while i < n and dropped[i]:
+                i += 1
+            run = range(start, i)
+            text = text_of(dropped_marker(len(run)).get("content"))
+            # A run never starts the conversation: the first user request is never dropped.
+            prev = "assistant" if start > 0 and roles[start - 1] == "assistant" else "user"
+            nxt = None if i == n else "assistant" if roles[i] == "assistant" else "user"
+            calls = nxt == "assistant" and bool(self.messages[i].get("tool_calls"))
+            if prev == "user" and nxt != "assistant":
+                placed.append(Marker(run, text, "assistant"))
+            elif prev == "assistant" and nxt == "assistant" and not calls:
+                placed.append(Marker(run, text, "user"))
+            elif prev == "user":  # then an assistant message: no role fits both, the marker joins it
+                placed.append(Marker(run, text, None, into=i))
+            else:
+                # After an assistant message, before a user-side one or a tool-calls message (which
+                # strict templates such as Mistral's skip when they check roles, so a user marker
+                # there could meet the next user message): it joins the one before.
+                placed.append(Marker(run, text, None, into=start - 1))
+        return placed
+
     def _result(self, before: int) -> CompactionResult:
         out: list[Message] = []
         after = self.acc
-        run = 0
+        placed = self._placements()
+        standalone = {m.run.start: k for k, m in enumerate(placed) if m.into is None}
+        merged: dict[int, list[int]] = {}
+        for k, m in enumerate(placed):
+            if m.into is not None:
+                merged.setdefault(m.into, []).append(k)
         for i, message in enumerate(self.messages):
+            if i in standalone:
+                k = standalone[i]
+                marker_message = {"role": placed[k].role, "content": placed[k].text}
+                placed[k] = replace(placed[k], position=len(out))
+                out.append(marker_message)
+                after += self.count(marker_message) - self.marker_cost  # the real marker, not its reserve
             if self.dropped[i]:
-                run += 1
                 continue
-            if run:
-                out.append(marker := dropped_marker(run))
-                after += self.count(marker) - self.marker_cost  # the real marker, not its reserve
-                run = 0
             content = self.notes.get(i, self.caps.get(i))
-            out.append(message if content is None else {**message, "content": content})
-        if run:
-            out.append(marker := dropped_marker(run))
-            after += self.count(marker) - self.marker_cost
+            kept = message if content is None else {**message, "content": content}
+            if i in merged:
+                into = [placed[k] for k in merged[i]]
+                kept = {
+                    **kept,
+                    "content": merged_content(
+                        kept.get("content"),
+                        [m.text for m in into if m.merged_before],
+                        [m.text for m in into if not m.merged_before],
+                    ),
+                }
+                for k in merged[i]:
+                    placed[k] = replace(placed[k], position=len(out))
+                after += self.count(kept) - self.costs[i] - self.marker_cost * len(into)
+            out.append(kept)
         protected_from = self._protected_start(self.users, len(self.messages))
         window = self.budget.window
         if window is not None and after > self.budget.limit and (after > window or before <= window):
@@ -615,6 +724,7 @@ class _Replay:
             overflow=after > self.budget.limit,
             capped=tuple(sorted(i for i in self.caps if not self.dropped[i] and i not in self.notes)),
             protected_from=protected_from,
+            markers=tuple(placed),
         )
 
     def _oversized(self) -> tuple[int, int] | None:

@@ -11,6 +11,7 @@ from proxy.compaction import Budget, CompactionResult, Policy, compact
 from proxy.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
 from proxy.tokens import RequestCounter, count_chars4
 from tests.conversations import SYSTEM, agent_chat, bike_shop_chat, order_result, tool_call
+from tests.format_chats import is_marker_item, unmerged
 
 count = RequestCounter(count_chars4).message
 
@@ -85,10 +86,12 @@ def test_loop_rules_drop_a_tool_exchange_but_keep_the_answer() -> None:
     result = run(chat[:8], budget, keep_recent_tool_results=1)
     assert result.dropped == (2, 3) and result.capped == (7,) and not result.overflow
     assert budget.limit - 100 <= result.tokens_after <= budget.limit, "capped to the line, not the target"
-    assert is_dropped_marker(result.messages[2]) and "2 earlier messages" in result.messages[2]["content"]
-    assert result.messages[3] is chat[4], "the answer stays"
-    assert [m is c for m, c in zip(result.messages[4:], chat[5:8], strict=True)] == [True, True, False]
-    capped = result.messages[6]["content"]
+    # The marker stands between the first request and the answer: no role fits both, it joins the answer.
+    answer = result.messages[2]
+    assert answer["content"] == f"{DROPPED_PREFIX} 2 earlier messages.]\n\n{chat[4]['content']}"
+    assert unmerged(answer) == chat[4], "the answer stays"
+    assert [m is c for m, c in zip(result.messages[3:], chat[5:8], strict=True)] == [True, True, False]
+    capped = result.messages[5]["content"]
     assert capped.startswith(chat[7]["content"][:40]) and "chars cut here" in capped
     assert "call search_parts again" in capped and capped.endswith(chat[7]["content"][-40:])
     chat.append({"role": "assistant", "content": "Done: return R-1 opened."})
@@ -285,7 +288,7 @@ def assert_invariants(
     assert out[:head] == chat[:head]
     users = [m for m in chat if m["role"] == "user"]
     # User messages are never cut; only the seed's level 2 drops (old) requests, never the last `keep`.
-    assert all(any(m is u for u in users) for m in out if m["role"] == "user")
+    assert all(any(m is u for u in users) for m in out if m["role"] == "user" and not is_marker_item(m))
     assert all(any(m is u for m in out) for u in users[-keep:])
     if users:
         assert any(m is users[0] for m in out), "the first request stays"
@@ -310,8 +313,9 @@ def assert_no_orphans(messages: list[dict[str, Any]]) -> None:
 def assert_subsequence(out: list[dict[str, Any]], chat: list[dict[str, Any]]) -> None:
     position = 0
     for message in out:
-        if isinstance(message.get("content"), str) and message["content"].startswith(DROPPED_PREFIX):
+        if is_marker_item(message):
             continue
+        message = unmerged(message)
         while position < len(chat) and not same_message(chat[position], message):
             position += 1
         assert position < len(chat), f"{json.dumps(message)[:200]} is not from the input, or out of order"
