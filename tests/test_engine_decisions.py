@@ -182,3 +182,22 @@ def test_fresh_results_of_parallel_calls_are_never_noted() -> None:
     assert result.changed
     fresh = range(len(chat) - 5, len(chat))
     assert not set(result.truncated) & set(fresh), "an unread result was noted"
+
+
+def test_a_loop_with_reminders_keeps_its_compacted_prefix_from_call_to_call() -> None:
+    """The decisions of call N are made again for call N+1 (the replay), with the reminders, the
+    markers' placement and the fresh results' caps: each request starts with the one before, except
+    where keeping it would have put the request over (or within 5% of) the line."""
+    chat = loop(120, result_lines=12, reminder_every=4)
+    budget = Budget(limit=6400, target=4800, window=8000)
+    ends = [i for i in range(3, len(chat) + 1) if i == len(chat) or chat[i]["role"] == "assistant"]
+    previous: list[Message] | None = None
+    moves = start = 0
+    for end in ends:
+        sent = run(chat[:end], budget).messages
+        if previous is not None and sent[: len(previous)] != previous:
+            moves += 1
+            grown = sum(count(m) for m in previous) + sum(count(m) for m in chat[start:end])
+            assert grown > budget.limit * 0.95, f"the request ending at {end} changed a past that fit"
+        previous, start = sent, end
+    assert 0 < moves <= len(ends) // 3
