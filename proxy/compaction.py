@@ -21,7 +21,10 @@ part is the whole conversation. When the seed's rules cannot bring a request und
 engine goes on inside the protected part, never touching user messages or leading system messages:
 older tool results there get notes (the last `keep_recent_tool_results` stay whole), a kept result
 too big for what is left is capped to its head, tail and error lines, and older tool exchanges (an
-assistant `tool_calls` message with all its results) are dropped, oldest first. Nothing is thrown away
+assistant `tool_calls` message with all its results, and the system messages after it) are dropped,
+oldest first. Results the model has not read yet (after the last assistant message) are never noted
+and are capped only as far as the line needs. Each dropped stretch gets one marker, in the role that
+keeps roles alternating, or merged into the neighbouring assistant message. Nothing is thrown away
 for nothing: when all that still ends over the line, the request goes back as it came if it fits the
 window (marked over the line), else `over_window` says which message, never cut, is too big.
 
@@ -95,10 +98,11 @@ class Policy:
 class Marker:
     """What stands where the run of messages `run` was dropped, placed so that roles still alternate
     (strict chat templates raise otherwise): its own message with `role` (assistant between two
-    user-side messages, user between two assistant messages), or, where no role fits both
-    neighbours, its text merged into the kept assistant message `into` (before that message's own
-    content when it follows the run, after it when it comes before). `position` is the index in
-    `CompactionResult.messages` of the message that holds it."""
+    user-side messages, tool results and system messages being on the user's side; user between
+    two assistant answers in words), or, where no role fits both neighbours, its text merged into
+    the kept assistant message `into` (before that message's own content when it follows the run,
+    after it when it comes before). `position` is the index in `CompactionResult.messages` of the
+    message that holds it."""
 
     run: range
     text: str
