@@ -22,6 +22,7 @@ from proxy.chat import plan_chat
 from proxy.compaction import Policy
 from proxy.formats import ANTHROPIC, CHAT, OLLAMA, RESPONSES, WireFormat
 from proxy.notes import DROPPED_PREFIX
+from proxy.summary import SUMMARY_PREFIX
 from proxy.tokens import RequestCounter, count_chars4, text_of
 from tests.conversations import SYSTEM, order_result, tool_call
 from tests.format_chats import as_anthropic, as_responses
@@ -238,3 +239,21 @@ def compacted_result(chat: list[Message], window: int) -> Any:
     )
     assert plan.result.dropped
     return plan.result
+
+
+async def test_a_summary_stands_where_its_marker_did_merged_too() -> None:
+    """Level 3: the summary of a stretch whose marker joined the tool-calls message after the first
+    request joins it too; the calls stay, and roles still alternate."""
+    from tests.fakes import proxy_client
+    from tests.test_summaries import SummarisingUpstream
+
+    upstream = SummarisingUpstream()
+    async with proxy_client(upstream, window=4000, summarize=True, summary_tokens=200) as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": loop_chat()})
+    assert response.status_code == 200
+    assert response.headers["x-compaction-summarized"] == "1"
+    [sent] = upstream.chat_requests()
+    joined = sent["messages"][2]
+    assert joined["tool_calls"] and joined["content"].startswith(SUMMARY_PREFIX)
+    assert "order #4471 summary" in joined["content"] and DROPPED_PREFIX not in json.dumps(sent)
+    assert roles_problem(sent["messages"]) is None
