@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +108,3 @@ def summary_request(transcript: str, previous: str | None, *, model: str, max_to
 
 def summary_message(summary: str, count: int) -> dict[str, Any]:
     return {"role": "assistant", "content": f"{SUMMARY_PREFIX} {count} messages]\n{summary.strip()}"}
-
-
-def marker_positions(messages: Sequence[dict[str, Any]]) -> Iterator[int]:
-    return (i for i, m in enumerate(messages) if is_dropped_marker(m))
