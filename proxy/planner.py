@@ -19,7 +19,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from proxy.cache import LruCache
+from proxy.cache import LruCache, ModelTable
 from proxy.calibration import Calibrator, truncated_window
 from proxy.chat import Body, ChatPlan, estimate_margin, plan_chat, text_size, validated_messages
 from proxy.compaction import Policy
@@ -81,6 +81,9 @@ class LockedMemo:
         with self.lock:
             self.memo.put(key, value)
 
+    def __len__(self) -> int:
+        return len(self.memo)
+
 
 @dataclass(frozen=True, slots=True)
 class Truncation:
@@ -114,7 +117,7 @@ class Planner:
         self.metrics = metrics
         # The window the upstream was seen cutting at, per model and per window the request set (for
         # Ollama, a request without `num_ctx` runs at its default, one with it at that size).
-        self.seen_windows: dict[tuple[str, int | None], int] = {}
+        self.seen_windows: ModelTable[int] = ModelTable()
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
         self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE))
         self._no_exact_until = 0.0
@@ -193,7 +196,8 @@ class Planner:
         """An estimate that says "over the window" is counted exactly before the request is refused:
         with the upstream's own count where it has one (vLLM's and llama.cpp's `/tokenize`). Where it
         has none, the request is refused only if it is over the window even if the estimate
-        overcounts it by the margin; else it goes on, and the upstream judges it."""
+        overcounts it by the margin; else it goes on compacted as far as it fits within half the
+        margin, or as it came, and the upstream judges it."""
         exact = await self._upstream_count(body, headers)
         if exact:
             raw = plan.result.tokens_before / plan.factor
@@ -201,7 +205,12 @@ class Planner:
             counted = await self._planned(offload, body, messages, window, "estimate", exact / raw)
             return replace(await self._recount(body, counted, headers), counted_by="upstream")
         lenient = await self._planned(offload, body, messages, window, "estimate", plan.factor / (1 + margin))
-        return plan if lenient.result.over_window else lenient
+        if lenient.result.over_window:
+            return plan  # over the window even if the estimate overcounts it: refused
+        # It may fit: compacted as far as it can be within half the margin, else forwarded as it came
+        # (the upstream judges it and says so in its own words).
+        half = await self._planned(offload, body, messages, window, "estimate", plan.factor, margin / 2)
+        return half if not half.result.over_window and half.result.changed else lenient
 
     async def _upstream_count(self, body: Body, headers: Sequence[tuple[bytes, bytes]]) -> int | None:
         """The upstream's exact count of a request, None where it has no `/tokenize` (remembered for
@@ -345,5 +354,5 @@ class Planner:
         if self.metrics:
             self.metrics.upstream_truncations.inc()
         key = (plan.model, plan.window.requested)
-        self.seen_windows[key] = min(window, self.seen_windows.get(key, window))
+        self.seen_windows[key] = min(window, self.seen_windows.get(key) or window)
         return Truncation(plan.model, sent, reported, window)

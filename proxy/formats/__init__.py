@@ -78,6 +78,8 @@ def format_for_path(path: str) -> WireFormat:
     (Anthropic's under `/v1/messages`) and whose server reads its key (Azure's `api-key`)."""
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return ANTHROPIC
+    if path.startswith("/api/"):
+        return OLLAMA  # Ollama's clients read `{"error": "..."}`
     return AZURE if path.startswith(("/openai/", "/deployments/")) else CHAT
 
 

@@ -6,8 +6,9 @@ assistant message is one turn, its `tool_use` blocks its tool calls, its `thinki
 with it; each `tool_result` block of a user message is a tool result paired by `tool_use_id`, and
 the user message's other blocks, if any, a user turn after them. Written back block by block: a
 noted `tool_result` keeps its other fields (`cache_control`, `is_error`); a dropped one goes with
-the `tool_use` it answers, so no result is ever left without its call. No block is added, so the
-request never carries more `cache_control` markers than it came with.
+the `tool_use` it answers, so no result is ever left without its call. A dropped-run marker merged
+into an assistant message is a text block after its thinking blocks; no block is added with
+`cache_control`, so the request never carries more of those markers than it came with.
 
 A request that asks for the server's own context management (`context_management`) is left alone
 only where the server implements it (`proxy.formats.server_manages_context`); elsewhere the edits a
@@ -20,7 +21,7 @@ Shapes follow anthropic-sdk-python's `MessageCreateParams` and llama.cpp's
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from proxy.chat import Body, ChatPlan
@@ -29,7 +30,8 @@ from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, 
 from proxy.tokens import json_text
 
 TOOL_USES = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
-THINKING_OR_TOOL_USES = TOOL_USES | {"thinking", "redacted_thinking"}
+THINKING = frozenset({"thinking", "redacted_thinking"})
+THINKING_OR_TOOL_USES = TOOL_USES | THINKING
 USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
@@ -67,7 +69,7 @@ class AnthropicMessages:
         if plan.result.changed:
             rebuilt = rebuild(conversation, plan)
             changed["messages"] = rewrite_items(
-                body["messages"], rebuilt, item_with=_with_note, marker=_marker
+                body["messages"], rebuilt, item_with=_with_note, marker=_marker, merge=_merge
             )
         if plan.max_tokens is not None:
             changed["max_tokens"] = plan.max_tokens
@@ -180,8 +182,23 @@ def _with_note(item: dict[str, Any], blocks: set[int], notes: Mapping[int | None
     return {**item, "content": kept}
 
 
-def _marker(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": text}
+def _marker(text: str, role: str) -> dict[str, Any]:
+    return {"role": role, "content": text}
+
+
+def _merge(item: dict[str, Any], before: Sequence[str], after: Sequence[str]) -> dict[str, Any]:
+    """Marker texts in an assistant message: as text blocks before its other blocks (after its
+    thinking blocks, which must lead) and after them; into a string content as text."""
+    content = item.get("content")
+    if not isinstance(content, list):
+        own = [content] if isinstance(content, str) and content else []
+        return {**item, "content": "\n\n".join([*before, *own, *after])}
+    lead = 0
+    while lead < len(content) and isinstance(content[lead], dict) and content[lead].get("type") in THINKING:
+        lead += 1
+    blocks = [{"type": "text", "text": text} for text in before]
+    tail = [{"type": "text", "text": text} for text in after]
+    return {**item, "content": [*content[:lead], *blocks, *content[lead:], *tail]}
 
 
 def _last_usage(tail: bytes) -> dict[str, Any] | None:

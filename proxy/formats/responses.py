@@ -13,7 +13,8 @@ item) is left alone only where the server does that (`proxy.formats.server_manag
 elsewhere it is compacted like any other, the field kept and a `compaction` item counted whole.
 Shapes follow the openai-python 3.x `ResponseCreateParams` types and llama.cpp's
 `server_chat_convert_responses_to_chatcmpl` (which accepts an assistant item only with
-`"type": "message"`, hence the markers' shape).
+`"type": "message"` and `output_text` parts, hence the markers' shape, and merges consecutive
+assistant items into one chat message, so a marker beside an assistant turn joins it).
 """
 
 from __future__ import annotations
@@ -186,5 +187,8 @@ def _with_note(item: dict[str, Any], blocks: set[int], notes: Mapping[int | None
     return {**item, "output": notes[None]} if None in notes else item
 
 
-def _marker(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "assistant", "content": text}
+def _marker(text: str, role: str) -> dict[str, Any]:
+    # An assistant message's text as `output_text`, as Codex replays it: llama.cpp takes no other
+    # part in an assistant item, and folds it into the assistant turn beside it (one chat message).
+    part = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
