@@ -265,12 +265,14 @@ async def decoded_lines(response: httpx.Response, max_line: int) -> AsyncIterato
         yield pending
 
 
-def stream_error_event(kind: str, message: str) -> bytes:
+def stream_error_event(kind: str, message: str, *, at_line_start: bool = False) -> bytes:
     """What ends a stream the upstream broke off, in the stream's own format, where each official
     client raises: Anthropic's `error` event, an `error` event for Responses (whose `error` object
-    also makes the openai SDK raise), Chat Completions' error chunk, Ollama's `{"error": ...}` line."""
+    also makes the openai SDK raise), Chat Completions' error chunk, Ollama's `{"error": ...}` line.
+    An NDJSON line starts a line of its own, never after an empty one (the ollama client parses
+    every line, and an empty line is not JSON)."""
     if kind == "ndjson":
-        return b"\n" + orjson.dumps({"error": message}) + b"\n"
+        return (b"" if at_line_start else b"\n") + orjson.dumps({"error": message}) + b"\n"
     if kind == "messages":
         body = orjson.dumps({"type": "error", "error": {"type": "api_error", "message": message}})
         return b"\n\nevent: error\ndata: " + body + b"\n\n"
@@ -334,10 +336,13 @@ class StreamedResponse(StreamingResponse):
 
     async def _relay(self, response: httpx.Response) -> AsyncIterator[bytes]:
         tail = b""
+        at_line_start = True
         try:
             async for chunk in raw_chunks(response):
                 if self.on_complete:
                     tail = (tail + chunk)[-TAIL_BYTES:]
+                if chunk:
+                    at_line_start = chunk.endswith(b"\n")
                 yield chunk
         except httpx.HTTPError as exc:
             log.warning("upstream stream failed after the response began: %s: %s", type(exc).__name__, exc)
@@ -347,7 +352,9 @@ class StreamedResponse(StreamingResponse):
                 raise StreamBroken(type(exc).__name__) from None
             # The status line is gone already: say so inside the stream, where SDKs look for errors.
             yield stream_error_event(
-                self.error_kind, f"The upstream stream broke off ({type(exc).__name__})."
+                self.error_kind,
+                f"The upstream stream broke off ({type(exc).__name__}).",
+                at_line_start=at_line_start,
             )
             return
         if self.on_complete:
