@@ -9,10 +9,15 @@ shell output its failing test ids, exception lines, summary line and exit status
 too big for the window is capped instead (`cap_text`): its head, its tail and its error and summary
 lines. Pure and deterministic: the same result always gives the same note, so a compacted prefix
 stays byte-identical from one turn to the next.
+
+Bounded work, since it runs on the event loop: every pattern is linear in what it reads (no start
+rescans a run, no nested unbounded repetition), a note reads at most `SCAN_CHARS` of a result (its
+head and tail), and a cap finds its error lines by their words with `str.find`, matching only those.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -43,19 +48,31 @@ _FACT_KEY = re.compile(
     r"title|version|account|user|customer)s?$",
     re.IGNORECASE,
 )
-_AMOUNT = r"[$€£¥]\s?\d[\d,]*(?:\.\d+)?|\d[\d,]*(?:\.\d+)?\s?(?:USD|EUR|GBP|CNY|JPY|RMB|元)"
+# Every pattern that runs over a whole result is linear: it starts only where a run of its characters
+# starts (a lookbehind) and takes the run whole (possessive), so no start rescans a run, and nothing
+# nests unbounded repetition. A tool result can be megabytes of one character.
+_AMOUNT = (
+    r"[$€£¥]\s?[0-9][0-9,]*+(?:\.[0-9]++)?"
+    r"|(?<![\w#,.:/-])[0-9][0-9,]*+(?:\.[0-9]++)?\s?(?:USD|EUR|GBP|CNY|JPY|RMB|元)"
+)
 # Words with a digit in them: order numbers, part numbers, ids, versions, dates.
-_IDENTIFIER = r"#?[A-Za-z0-9][A-Za-z0-9_\-./:]*\d[A-Za-z0-9_\-./:]*"
-_FACT_TOKEN = re.compile(rf"(?:{_AMOUNT})|(?<![\w#])(?:{_IDENTIFIER})")
+# A lazy look ahead for the digit stops at the run's first digit or its end: once per run.
+_IDENTIFIER = r"#?(?=[A-Za-z0-9_\-./:]*?[0-9])[A-Za-z0-9_\-./:]++"
+_FACT_TOKEN = re.compile(rf"(?:{_AMOUNT})|(?<![\w#\-./:])(?:{_IDENTIFIER})")
+MAX_SCANNED = 20_000  # tokens or JSON leaves looked at per result: bounded work for any size
+# What a note reads of a result: all of it up to this size, else its head and its tail (where a log
+# ends on its errors and summary), so that a note costs the same bounded time for any size.
+SCAN_CHARS = 65_536
 ERROR_WORDS = ("error", "exception", "failed", "failure", "fatal", "traceback", "denied")
+MAX_LINES = 5_000  # lines with such words looked at per result (a log of "0 errors" lines is bounded)
+LINE_CHARS = 4_096  # of a line, what is matched: what makes it an error or summary line comes first
 # `KeyError`, `AssertionError`, `CalledProcessError`: exception class names are error words too.
 _ERROR_WORD = re.compile(rf"\b(?:{'|'.join(ERROR_WORDS)})\b|(?-i:\b[A-Z]\w*(?:Error|Exception)\b)", re.I)
-_EXCEPTION_NAME = re.compile(r"[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b")
 
 OUTLINE_CHARS = 420
 OUTLINE_ITEM_CHARS = 120
 # `cat -n` and agent read tools number each line: "    12\tcode" or "    12→code".
-_NUMBERED_LINE = re.compile(r"^[ \t]*(\d+)(?:\t|→|: )", re.M)
+_NUMBERED_LINE = re.compile(r"^[ \t]*+([0-9]++)(?:\t|→|: )", re.M)
 # Definitions: a line that starts (after its number, indentation and modifiers) with one of these.
 _DEFINITION_WORDS = (
     "def",
@@ -82,20 +99,33 @@ _MODIFIERS = (
     "private ",
     "abstract ",
 )
-_NAME = re.compile(r"[A-Za-z_$][\w$]*")
+_DEFINITION = re.compile(
+    r"^[ \t]*+(?:[0-9]++(?:\t|→|:? )[ \t]*+)?"  # a listing's line number
+    rf"(?:(?:{'|'.join(re.escape(m.strip()) for m in _MODIFIERS)}) ++)*+"
+    rf"(?:{'|'.join(re.escape(w) for w in _DEFINITION_WORDS)}) ++([A-Za-z_$][\w$]*+)",
+    re.M,
+)
 # grep/ripgrep output: "path:line:text".
 _MATCH_LINE = re.compile(r"^([\w./@+-]+\.\w+):\d+:", re.M)
-_TEST_ID = re.compile(r"^(?:FAILED|ERROR)\s+(\S+)|^(\S+::\S+)\s+(?:FAILED|ERROR)\b", re.M)
+# `FAILED tests/x.py::t` (pytest's summary) or `tests/x.py::t FAILED` (verbose), `::` checked after.
+_TEST_ID = re.compile(r"^(?:FAILED|ERROR)[ \t]++(\S++)|^(\S++)[ \t]++(?:FAILED|ERROR)\b", re.M)
 _EXCEPTION_LINE = re.compile(
-    r"^(?:E\s+)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::[^\n]*)?)$", re.M
+    r"^(?:E[ \t]++)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::[^\n]*+)?)$", re.M
 )
+# Up to the line's first `=` (pytest's `==== 1 failed, 2 passed in 0.1s ====`), at most 200 more chars.
 _SUMMARY_LINE = re.compile(
-    r"^[=\- ]*((?:\d+ (?:failed|passed|errors?|skipped|xfailed|xpassed|warnings?|deselected)"
-    r"(?:, )?)+[^\n=]*?)[= ]*$",
+    r"^[=\- ]*+((?:[0-9]++ (?:failed|passed|errors?|skipped|xfailed|xpassed|warnings?|deselected)"
+    r"(?:, )?)++[^\n=]{0,200}+)",
     re.M,
 )
 _EXIT_STATUS = re.compile(
-    r"(?:exit(?:ed)?(?: with)? (?:code|status)|return code|returncode)[:= ]+(-?\d+)", re.I
+    r"(?:exit(?:ed)?(?: with)? (?:code|status)|return code|returncode)[:= ]++(-?[0-9]++)", re.I
+)
+_SUMMARY_WORDS = ("failed", "passed", "error", "skipped", "xfailed", "xpassed", "warning", "deselected")
+_CUT_LINE_KINDS = (
+    (_SUMMARY_LINE, _SUMMARY_WORDS),
+    (_EXIT_STATUS, ("exit", "return code", "returncode")),
+    (_ERROR_WORD, ERROR_WORDS),
 )
 
 
@@ -127,7 +157,8 @@ def build_note(
     """The note that stands in for a tool result whose plain text is `text`. `fits` may bound the
     facts section further than its character budget (the engine bounds it in tokens)."""
     call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    outline = _outline(text)
+    scanned = _scanned(text, SCAN_CHARS)
+    outline = _outline(scanned)
     return _note(call, text, preview + outline, _kept(_pick_facts(text, preview + outline, fits)))
 
 
@@ -136,7 +167,17 @@ def note_without_facts(
 ) -> str:
     """The note without its facts, which cost the most to find: for costing a note before writing it."""
     call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    return _note(call, text, preview + _outline(text), "")
+    return _note(call, text, preview + _outline(_scanned(text, SCAN_CHARS)), "")
+
+
+def _scanned(text: str, chars: int, head_share: float = 0.75) -> str:
+    """`text` itself up to `chars`, else its head and its tail of `chars` in all, cut at line ends."""
+    if len(text) <= chars:
+        return text
+    head = int(chars * head_share)
+    head_end = text.rfind("\n", 0, head) + 1 or head
+    tail_start = text.find("\n", len(text) - (chars - head)) + 1 or len(text) - (chars - head)
+    return f"{text[:head_end]}\n{text[tail_start:]}"
 
 
 def _note(call: str, text: str, preview: str, kept: str) -> str:
@@ -170,7 +211,7 @@ def _outline(text: str) -> str:
         parts.append("defines " + ", ".join(names))
     # Each pattern runs only where its words occur: most results are neither test nor shell output.
     if "FAILED" in text or "ERROR" in text:
-        failed = _unique(a or b for a, b in _TEST_ID.findall(text))
+        failed = _unique(a or b for a, b in _TEST_ID.findall(text) if a or "::" in b)
         if failed:
             parts.append("failed " + ", ".join(failed))
     if "Error" in text or "Exception" in text or "Exit" in text or "Interrupt" in text:
@@ -192,13 +233,8 @@ def _outline(text: str) -> str:
 def _definitions(text: str) -> Iterator[str]:
     if not any(f"{word} " in text for word in _DEFINITION_WORDS):
         return  # most results define nothing: skip the walk over their lines
-    for line in text.splitlines():
-        body = line.lstrip(" \t0123456789").lstrip("\t→: ") if line[:1] in " \t0123456789" else line
-        while body.startswith(_MODIFIERS):
-            body = body.split(" ", 1)[1].lstrip()
-        word, _, rest = body.partition(" ")
-        if word in _DEFINITION_WORDS and (name := _NAME.match(rest.lstrip())):
-            yield name.group(0)
+    for match in _DEFINITION.finditer(text):
+        yield match.group(1)
 
 
 def _unique(items: Iterator[str]) -> list[str]:
@@ -238,18 +274,36 @@ def cap_text(text: str, chars: int, *, tool: str | None) -> str | None:
 def _cut_part_lines(middle: str) -> Iterator[str]:
     """The lines of a cut part worth keeping: errors, exceptions, failing tests, summaries, exit status."""
     lowered = middle.lower()
-    words = ("error", "exception", "fail", "fatal", "traceback", "denied", "exit", "passed")
-    if not any(word in lowered for word in words) and not _EXCEPTION_NAME.search(middle):
-        return
     seen: set[str] = set()
-    for regex in (_SUMMARY_LINE, _EXIT_STATUS, _ERROR_WORD):  # summaries first: the fewest, the most telling
-        for match in regex.finditer(middle):
-            start = middle.rfind("\n", 0, match.start()) + 1
-            end = middle.find("\n", match.end())
-            line = _shorten(middle[start : len(middle) if end < 0 else end].strip(), 200)
+    for regex, words in _CUT_LINE_KINDS:  # summaries first: the fewest, the most telling
+        for start, end in _matching_lines(regex, middle, lowered, words):
+            line = _shorten(middle[start:end].strip(), 200)
             if line not in seen:
                 seen.add(line)
                 yield line
+
+
+def _matching_lines(
+    regex: re.Pattern[str], text: str, lowered: str, words: tuple[str, ...], most: int = MAX_LINES
+) -> Iterator[tuple[int, int]]:
+    """Where each line that holds a match of `regex` starts and ends, in order, each line once. Lines
+    are found by their `words` (`str.find`, far faster than a pattern tried at every position) and
+    only those lines are matched; at most `most` lines are looked at, whatever the text's size."""
+    pos = 0
+    hits = {word: lowered.find(word) for word in words}
+    while most:
+        live = [hit for hit in hits.values() if hit >= 0]
+        if not live:
+            return
+        hit = min(live)
+        most -= 1
+        start = text.rfind("\n", 0, hit) + 1
+        end = text.find("\n", hit)
+        end = len(text) if end < 0 else end
+        if regex.search(text, start, min(end, start + LINE_CHARS)):
+            yield start, end
+        pos = end + 1
+        hits = {word: h if h < 0 or h >= pos else lowered.find(word, pos) for word, h in hits.items()}
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -308,10 +362,11 @@ def _facts(text: str) -> Iterator[str]:
             return
         except orjson.JSONDecodeError:
             pass
+    text = _scanned(text, SCAN_CHARS)
     if _NUMBERED_LINE.search(text, 0, 200):
         text = _NUMBERED_LINE.sub("", text)  # line numbers are not facts
     yield from _error_lines(text, 2)
-    for match in _FACT_TOKEN.finditer(text):
+    for match in itertools.islice(_FACT_TOKEN.finditer(text), MAX_SCANNED):
         yield match.group(0).rstrip(".:/-")
 
 
@@ -320,13 +375,7 @@ def _error_lines(text: str, most: int) -> Iterator[str]:
     lowered = text.lower()
     if not any(word in lowered for word in ERROR_WORDS):
         return
-    end = -1
-    for match in _ERROR_WORD.finditer(text):
-        if match.start() <= end:
-            continue  # another word on a line already given
-        start = text.rfind("\n", 0, match.start()) + 1
-        end = text.find("\n", match.end())
-        end = len(text) if end < 0 else end
+    for start, end in _matching_lines(_ERROR_WORD, text, lowered, ERROR_WORDS):
         yield _shorten(text[start:end].strip(), 100)
         most -= 1
         if not most:
@@ -338,7 +387,8 @@ def _json_facts(root: Any) -> Iterator[str]:
     parser accepts is fine and a leaf costs the same however deep it sits)."""
     stack: list[Iterator[tuple[str, Any]]] = [iter((("", root),))]
     fact_key: dict[str, bool] = {}
-    while stack:
+    leaves = 0
+    while stack and leaves < MAX_SCANNED:
         for key, value in stack[-1]:
             if isinstance(value, dict):
                 stack.append((str(k), v) for k, v in value.items())
@@ -346,6 +396,7 @@ def _json_facts(root: Any) -> Iterator[str]:
             if isinstance(value, list):
                 stack.append((key, v) for v in value)
                 break
+            leaves += 1
             if value is None:
                 continue
             if key not in fact_key:
@@ -354,7 +405,7 @@ def _json_facts(root: Any) -> Iterator[str]:
                 continue
             rendered = value if isinstance(value, str) else orjson.dumps(value).decode()
             if len(rendered) > 60:
-                if _ERROR_WORD.search(rendered):
+                if _ERROR_WORD.search(rendered, 0, SCAN_CHARS):
                     yield f"{key}={_shorten(rendered, 100)}" if key else _shorten(rendered, 100)
             elif fact_key[key] or any(ch.isdigit() for ch in rendered):
                 yield f"{key}={rendered}" if key else rendered
