@@ -30,13 +30,14 @@ DROPPED_PREFIX = "[Earlier conversation dropped to save context:"
 CAP_WORDS = "chars cut here to fit the context window"
 
 ARGUMENT_CHARS = 120
-FACT_CHARS = 240
-MAX_CANDIDATES = 400  # facts considered per result: enough for rarity, bounded for huge results
+FACT_CHARS = 360
+MAX_CANDIDATES = 1_000  # facts considered per result: enough for rarity, bounded for huge results
 # What a full facts section typically looks like, for costing a note before its facts are found.
 TYPICAL_FACTS = (
     " Kept: order_id=4471; sku=BW-2231; name=front wheel 700c; price=129.00; qty=2; status=shipped; "
     "date=2026-11-30; tracking=1Z999AA10123456784; customer=C-10294; total=$258.00; invoice=INV-88213; "
-    "warehouse=Lyon-2; part=RW-700C-32."
+    "warehouse=Lyon-2; part=RW-700C-32; src/shop/orders.py; shop.billing.totals; KeyError; "
+    "refund_pending; ShippingLabel."
 )
 
 _SPACE = re.compile(r"\s+")
@@ -55,9 +56,8 @@ _AMOUNT = (
     r"[$€£¥]\s?[0-9][0-9,]*+(?:\.[0-9]++)?"
     r"|(?<![\w#,.:/-])[0-9][0-9,]*+(?:\.[0-9]++)?\s?(?:USD|EUR|GBP|CNY|JPY|RMB|元)"
 )
-# Words with a digit in them: order numbers, part numbers, ids, versions, dates.
-# A lazy look ahead for the digit stops at the run's first digit or its end: once per run.
-_IDENTIFIER = r"#?(?=[A-Za-z0-9_\-./:]*?[0-9])[A-Za-z0-9_\-./:]++"
+# Words, names, paths and ids, each taken whole (`_rank` says which are facts).
+_IDENTIFIER = r"#?[A-Za-z0-9_\-./:]++"
 _FACT_TOKEN = re.compile(rf"(?:{_AMOUNT})|(?<![\w#\-./:])(?:{_IDENTIFIER})")
 MAX_SCANNED = 20_000  # tokens or JSON leaves looked at per result: bounded work for any size
 # What a note reads of a result: all of it up to this size, else its head and its tail (where a log
@@ -69,7 +69,10 @@ LINE_CHARS = 4_096  # of a line, what is matched: what makes it an error or summ
 # `KeyError`, `AssertionError`, `CalledProcessError`: exception class names are error words too.
 _ERROR_WORD = re.compile(rf"\b(?:{'|'.join(ERROR_WORDS)})\b|(?-i:\b[A-Z]\w*(?:Error|Exception)\b)", re.I)
 
-OUTLINE_CHARS = 420
+# The outline's budget in tokens (by `_tokens`), not a cut in characters: its short parts first
+# (line range, failures, errors, summary, exit status), then the files matched and the names
+# defined share what is left, top-level names before nested ones, listed in file order.
+OUTLINE_TOKENS = 160
 OUTLINE_ITEM_CHARS = 120
 # `cat -n` and agent read tools number each line: "    12\tcode" or "    12→code".
 _NUMBERED_LINE = re.compile(r"^[ \t]*+([0-9]++)(?:\t|→|: )", re.M)
@@ -100,7 +103,7 @@ _MODIFIERS = (
     "abstract ",
 )
 _DEFINITION = re.compile(
-    r"^[ \t]*+(?:[0-9]++(?:\t|→|:? )[ \t]*+)?"  # a listing's line number
+    r"^([ \t]*+)(?:[0-9]++(?:\t|→|:? )([ \t]*+))?"  # indentation, or a listing's number and indentation
     rf"(?:(?:{'|'.join(re.escape(m.strip()) for m in _MODIFIERS)}) ++)*+"
     rf"(?:{'|'.join(re.escape(w) for w in _DEFINITION_WORDS)}) ++([A-Za-z_$][\w$]*+)",
     re.M,
@@ -202,13 +205,11 @@ def _outline(text: str) -> str:
     if len(numbers) >= 3:
         last = _NUMBERED_LINE.findall(text, max(0, len(text) - 400))
         parts.append(f"lines {numbers[0]}-{last[-1] if last else numbers[-1]}")
-    matched = _MATCH_LINE.findall(text, 0, 200)
-    if matched:
-        files = _unique(iter(_MATCH_LINE.findall(text)))
-        parts.append(f"{len(files)} files matched: " + ", ".join(files))
-    names = _unique(_definitions(text))
-    if names:
-        parts.append("defines " + ", ".join(names))
+    files = _unique(iter(_MATCH_LINE.findall(text))) if _MATCH_LINE.search(text, 0, 200) else []
+    definitions: dict[str, bool] = {}
+    for name, top in _definitions(text):
+        definitions[name] = definitions.get(name, False) or top
+    lists = len(parts)  # where the two lists go, once the short parts have taken their share
     # Each pattern runs only where its words occur: most results are neither test nor shell output.
     if "FAILED" in text or "ERROR" in text:
         failed = _unique(a or b for a, b in _TEST_ID.findall(text) if a or "::" in b)
@@ -227,14 +228,53 @@ def _outline(text: str) -> str:
         status = _EXIT_STATUS.findall(text)
         if status:
             parts.append(f"exit status {status[-1]}")
-    return f" Outline: {_shorten('; '.join(parts), OUTLINE_CHARS)}." if parts else ""
+    short = [_shorten(part, OUTLINE_ITEM_CHARS * 4) for part in parts]
+    left = OUTLINE_TOKENS - sum(_tokens(part) + 1 for part in short)
+    share = left // 2 if files and definitions else left
+    listed: list[str] = []
+    if files:
+        chosen = _within(files, [True] * len(files), share)
+        listed.append(f"{len(files)} files matched: {chosen}")
+        left -= _tokens(listed[-1])
+    if definitions:
+        listed.append("defines " + _within(list(definitions), list(definitions.values()), left))
+    parts = short[:lists] + listed + short[lists:]
+    return f" Outline: {'; '.join(parts)}." if parts else ""
 
 
-def _definitions(text: str) -> Iterator[str]:
+def _within(items: list[str], first: list[bool], budget: int) -> str:
+    """`items` (in their order) within `budget` tokens: those marked `first` are chosen first, then
+    the others, each while it fits; what is left out is counted."""
+    chosen: set[int] = set()
+    used = 0
+    for wanted in (True, False):
+        for i, item in enumerate(items):
+            if first[i] is wanted and i not in chosen:
+                cost = _tokens(item) + 1
+                if used + cost <= budget:
+                    chosen.add(i)
+                    used += cost
+    text = ", ".join(items[i] for i in sorted(chosen))
+    more = len(items) - len(chosen)
+    return f"{text} (+{more} more)" if more and text else text or f"{more} names"
+
+
+_TOKEN_PIECE = re.compile(r"[A-Za-z]{1,10}|[0-9]{1,3}|[^\sA-Za-z0-9]")
+
+
+def _tokens(text: str) -> int:
+    """About how many tokens `text` is for a BPE tokenizer (words, 3-digit groups, symbols): a budget
+    that holds across tokenizers, where characters would favour long names over many short ones."""
+    return len(_TOKEN_PIECE.findall(text))
+
+
+def _definitions(text: str) -> Iterator[tuple[str, bool]]:
+    """The names `text` defines, each with whether it is top-level (not indented)."""
     if not any(f"{word} " in text for word in _DEFINITION_WORDS):
         return  # most results define nothing: skip the walk over their lines
     for match in _DEFINITION.finditer(text):
-        yield match.group(1)
+        indent = match.group(2) if match.group(2) is not None else match.group(1)
+        yield match.group(3), not indent
 
 
 def _unique(items: Iterator[str]) -> list[str]:
@@ -317,6 +357,21 @@ def _compact_json(text: str) -> str:
         return _SPACE.sub(" ", text).strip()
 
 
+# What a fact is, best first: an error line; an exception name; a file path or test id; a dotted
+# module path or an id (order and part numbers, dates, key=value of JSON); a code name (snake_case,
+# CamelCase, _private); a hash; a bare number. Escape codes, plain words and line numbers are none.
+RANK_ERROR_LINE, RANK_ERROR, RANK_PATH, RANK_DOTTED, RANK_ID, RANK_NAME, RANK_HEX, RANK_NUMBER = range(8)
+_EXCEPTION_WORD = re.compile(r"[A-Z]\w*(?:Error|Exception|Warning|Exit|Interrupt)")
+_JSON_ESCAPE = re.compile(r'\\(?:u[0-9A-Fa-f]{4}|[nrt"\\/])')
+_ESCAPE = re.compile(r"u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[nrtbfv0]")
+_HEX = re.compile(r"(?:0x)?[0-9a-f]{6,}")
+_FILE_EXTENSIONS = frozenset({
+    "py", "pyi", "js", "mjs", "cjs", "ts", "tsx", "jsx", "rs", "go", "java", "kt", "c", "h", "cc", "cpp",
+    "hpp", "cs", "rb", "php", "swift", "scala", "sh", "md", "rst", "txt", "toml", "yaml", "yml", "json",
+    "cfg", "ini", "lock", "html", "css", "sql", "proto", "log", "csv", "xml",
+})  # fmt: skip
+
+
 def _kept(facts: list[str]) -> str:
     return f" Kept: {'; '.join(facts)}." if facts else ""
 
@@ -326,22 +381,28 @@ def _pick_facts(text: str, preview: str, fits: Callable[[str], bool] | None = No
     the order they appear. Rarest first: in a result of many similar records, the first records'
     fields would otherwise crowd out the one order number or error that stands alone."""
     candidates: list[str] = []
-    seen: set[str] = set()
-    for fact in _facts(text):
-        if fact not in seen and fact.rpartition("=")[2] not in preview:
-            seen.add(fact)
+    rank: list[int] = []
+    seen: Counter[str] = Counter()
+    for fact, kind in _facts(text):
+        seen[fact] += 1
+        if seen[fact] == 1 and fact.rpartition("=")[2] not in preview and len(candidates) < MAX_CANDIDATES:
             candidates.append(fact)
-            if len(candidates) >= MAX_CANDIDATES:
-                break
+            rank.append(kind)
     kind_of = [fact.partition("=")[0] if "=" in fact else _shape(fact) for fact in candidates]
     kinds = Counter(kind_of)
-    ranked = sorted(range(len(candidates)), key=lambda i: (kinds[kind_of[i]], i))
+
+    def order(i: int) -> tuple[int, int, int]:
+        # Ids and values: the rarest shape first (one order number among many records). Names and
+        # paths: the most used first (what a file or a grep is about), then the first seen.
+        often = kinds[kind_of[i]] if rank[i] in (RANK_ERROR_LINE, RANK_ID) else -seen[candidates[i]]
+        return rank[i], often, i
+
     chosen: list[int] = []
     used = 0
-    for i in ranked:
+    for i in sorted(range(len(candidates)), key=order):
         fact = candidates[i]
-        if used + len(fact) + 2 > FACT_CHARS:
-            continue  # a shorter fact may still fit
+        if used + len(fact) + 2 > FACT_CHARS or any(fact in candidates[j] for j in chosen):
+            continue  # a shorter fact may still fit; one inside a fact already kept is kept
         if fits is not None and not fits(_kept([candidates[j] for j in sorted([*chosen, i])])):
             break
         chosen.append(i)
@@ -354,20 +415,69 @@ def _shape(fact: str) -> str:
     return fact.translate(_SHAPES)[:12]
 
 
-def _facts(text: str) -> Iterator[str]:
+def _facts(text: str) -> Iterator[tuple[str, int]]:
+    """Each fact of `text` (repeats too: how often a name occurs says how central it is) with its rank."""
     stripped = text.lstrip()
     if stripped[:1] in ("{", "["):
         try:
-            yield from _json_facts(orjson.loads(stripped))
+            for fact in _json_facts(orjson.loads(stripped)):
+                yield fact, RANK_ID
             return
         except orjson.JSONDecodeError:
             pass
     text = _scanned(text, SCAN_CHARS)
     if _NUMBERED_LINE.search(text, 0, 200):
         text = _NUMBERED_LINE.sub("", text)  # line numbers are not facts
-    yield from _error_lines(text, 2)
+    for line in _error_lines(text, 2):
+        yield line, RANK_ERROR_LINE
     for match in itertools.islice(_FACT_TOKEN.finditer(text), MAX_SCANNED):
-        yield match.group(0).rstrip(".:/-")
+        token = match.group(0)
+        if match.start() and text[match.start() - 1] == "\\" and (escape := _ESCAPE.match(token)):
+            token = token[escape.end() :]  # `\u005c`, `\n` of JSON-escaped text are not facts
+        token = token.rstrip(".:/-,").lstrip("-:")
+        for part in _parts(token[2:] if token.startswith("./") else token):
+            kind = _rank(part)
+            if kind is not None:
+                yield part, kind
+
+
+def _parts(token: str) -> list[str]:
+    """`src/app.py:12:def` is a path, a line number and a word; `a.py::test_x` and URLs stay whole."""
+    if ":" not in token or "::" in token or "://" in token or token.replace(":", "").isdigit():
+        return [token] if token else []
+    return [part for part in token.split(":") if part]
+
+
+def _rank(token: str) -> int | None:
+    """What a token is worth to the next step (lower is better), None for no fact at all."""
+    if len(token) < 3 or len(token) > 120:
+        return None
+    if "/" in token or "::" in token:
+        last = token.rpartition("/")[2]
+        return RANK_PATH if "::" in token or "." in last.strip(".") or token[0] == "/" else RANK_NAME
+    digits = any(ch.isdigit() for ch in token)
+    if "." in token and not token[0].isdigit():
+        parts = token.split(".")
+        if all(part.isidentifier() for part in parts):
+            if _EXCEPTION_WORD.fullmatch(parts[-1]):
+                return RANK_ERROR
+            if len(parts) == 2 and parts[1] in _FILE_EXTENSIONS:
+                return RANK_PATH
+            return RANK_DOTTED
+    if _EXCEPTION_WORD.fullmatch(token):
+        return RANK_ERROR
+    if digits:
+        bare = token.lstrip("#$€£¥").replace(",", "").replace(".", "").replace("-", "")
+        if bare.isdigit():
+            return RANK_ID if "-" in token or "$" in token or len(bare) >= 4 else RANK_NUMBER
+        if _HEX.fullmatch(token.lower()):
+            return RANK_HEX
+        return RANK_ID
+    if token.isidentifier() and (
+        "_" in token.strip("_") or token[0] == "_" or (not token.isupper() and not token[1:].islower())
+    ):
+        return RANK_NAME
+    return None
 
 
 def _error_lines(text: str, most: int) -> Iterator[str]:
@@ -376,7 +486,10 @@ def _error_lines(text: str, most: int) -> Iterator[str]:
     if not any(word in lowered for word in ERROR_WORDS):
         return
     for start, end in _matching_lines(_ERROR_WORD, text, lowered, ERROR_WORDS):
-        yield _shorten(text[start:end].strip(), 100)
+        if end - start > 100:  # a long line (JSON-escaped output): around its last error word
+            found = [m.start() for m in _ERROR_WORD.finditer(text, start, min(end, start + LINE_CHARS))]
+            start = max(start, found[-1] - 40) if found else start
+        yield _shorten(_JSON_ESCAPE.sub(" ", text[start : min(end, start + 400)]).strip(), 100)
         most -= 1
         if not most:
             return

@@ -226,3 +226,64 @@ def test_a_1mb_adversarial_old_result_is_noted_fast_and_healthz_answers_meanwhil
     assert added < 100, f"{run.request_ms:.0f} ms against {baseline.request_ms:.0f} ms for plain words"
     waited = run.health_ms - baseline.health_ms
     assert waited < 50, f"/healthz waited {run.health_ms:.0f} ms against {baseline.health_ms:.0f} ms"
+
+
+# What a note keeps: what the next step of an agent uses, ranked above noise.
+
+
+def test_kept_prefers_module_paths_and_names_over_escape_codes_and_numbers() -> None:
+    escaped = "\\u005c\\u0027\\u0022\\u003c\\u003e" * 40
+    result = (
+        '{"cmd": "python -c ...", "stdout": "' + escaped + '", "stderr": "Traceback (most recent call '
+        'last):\\n  File \\"/testbed/src/shop/billing/totals.py\\", line 41, in compute_invoice_total\\n'
+        "    from shop.billing.rates import vat_rate_for\\nModuleNotFoundError: No module named "
+        '\'shop.billing.rates\'\\n", "exit": 1, "lines": [120, 121, 122, 4096, 65535]'
+    )
+    kept = build_note(result, tool="bash", arguments='{"command": "python -c ..."}').split(" Kept: ")[1]
+    assert "u005C" not in kept and "u005c" not in kept and "u0027" not in kept
+    for fact in ("shop.billing.rates", "/testbed/src/shop/billing/totals.py", "ModuleNotFoundError"):
+        assert fact in kept, fact
+
+
+def numbered(lines: list[str]) -> str:
+    return "".join(f"{n:6}\t{line}\n" for n, line in enumerate(lines, 1))
+
+
+def test_a_file_read_outline_keeps_its_names_by_a_token_budget_top_level_first() -> None:
+    """A long module: its top-level names all survive, also those at the end of the file, where a
+    cut at 420 characters in file order lost every one past the first few dozen methods."""
+    lines = ['"""Routing."""', "import re", ""]
+    for c in range(12):
+        lines += [
+            f"class RouteKind{c}:",
+            f"    def method_number_{c}_handles_requests(self):",
+            "        pass",
+        ]
+        lines += [f"    def other_method_{c}_for_responses(self):", "        pass", ""]
+    lines += ["def compile_path_regex(path):", "    return re.compile(path)", ""]
+    lines += ["def get_route_path(scope):", "    return scope['path']", ""]
+    note = build_note(numbered(lines), tool="read_file", arguments='{"path": "starlette/routing.py"}')
+    outline = note.split(" Outline: ", 1)[1]
+    for name in ["compile_path_regex", "get_route_path", *(f"RouteKind{c}" for c in range(12))]:
+        assert name in outline, name
+    assert "more)" in outline, "what is left out is counted"
+    assert "lines 1-" in outline
+
+
+def test_a_grep_note_keeps_the_files_matched_and_the_names_found() -> None:
+    hits = [
+        f"starlette/{mod}.py:{n}:    from starlette._utils import is_async_callable, run_in_threadpool"
+        for n, mod in enumerate(["routing", "endpoints", "background", "applications"], 10)
+    ]
+    others = [
+        f"starlette/{mod}.py:{n}:import anyio" for n, mod in enumerate(["types", "status", "config"], 1)
+    ]
+    result = "\n".join(others * 2 + hits * 3) + "\n"
+    note = build_note(result, tool="bash", arguments='{"command": "grep -rn run_in_threadpool starlette"}')
+    for fact in (
+        "starlette/routing.py",
+        "starlette/applications.py",
+        "is_async_callable",
+        "starlette._utils",
+    ):
+        assert fact in note, fact
