@@ -5,9 +5,10 @@ with which arguments, how big its result was, the head of the result, and the id
 ranked by what an agent's next step uses (error lines and exception names, paths and test ids,
 dotted module paths and ids such as order and part numbers, code names, then hashes and numbers;
 escape codes and line numbers never), since a plain preview loses every fact past its first 150
-characters. A note is shaped by what it holds: a file read keeps its line range
-and the names it defines within a budget in tokens, top-level first (not `cat -n` line numbers), grep output the files it matched, test and
-shell output its failing test ids, exception lines, summary line and exit status. A recent result
+characters. A note is shaped by what it holds: a file read keeps its line range and the names it
+defines within a budget in tokens, top-level first (not `cat -n` line numbers), grep output the
+files it matched, test and shell output its failing test ids, exception lines, summary line and
+exit status. A recent result
 too big for the window is capped instead (`cap_text`): its head, its tail and its error and summary
 lines. Pure and deterministic: the same result always gives the same note, so a compacted prefix
 stays byte-identical from one turn to the next.
