@@ -60,14 +60,14 @@ _AMOUNT = (
     r"|(?<![\w#,.:/-])[0-9][0-9,]*+(?:\.[0-9]++)?\s?(?:USD|EUR|GBP|CNY|JPY|RMB|元)"
 )
 # Words, names, paths and ids, each taken whole (`_rank` says which are facts).
-_IDENTIFIER = r"#?[A-Za-z0-9_\-./:]++"
+_IDENTIFIER = r"#?[A-Za-z0-9_\-./:]{3,}+"  # shorter ones are never facts
 _FACT_TOKEN = re.compile(rf"(?:{_AMOUNT})|(?<![\w#\-./:])(?:{_IDENTIFIER})")
 MAX_SCANNED = 20_000  # tokens or JSON leaves looked at per result: bounded work for any size
 # What a note reads of a result: all of it up to this size, else its head and its tail (where a log
 # ends on its errors and summary), so that a note costs the same bounded time for any size.
 SCAN_CHARS = 65_536
 ERROR_WORDS = ("error", "exception", "failed", "failure", "fatal", "traceback", "denied")
-MAX_LINES = 5_000  # lines with such words looked at per result (a log of "0 errors" lines is bounded)
+MAX_LINES = 1_000  # lines with such words looked at per result (a log of "0 errors" lines is bounded)
 LINE_CHARS = 4_096  # of a line, what is matched: what makes it an error or summary line comes first
 # `KeyError`, `AssertionError`, `CalledProcessError`: exception class names are error words too.
 _ERROR_WORD = re.compile(rf"\b(?:{'|'.join(ERROR_WORDS)})\b|(?-i:\b[A-Z]\w*(?:Error|Exception)\b)", re.I)
@@ -365,6 +365,7 @@ def _compact_json(text: str) -> str:
 # CamelCase, _private); a hash; a bare number. Escape codes, plain words and line numbers are none.
 RANK_ERROR_LINE, RANK_ERROR, RANK_PATH, RANK_DOTTED, RANK_ID, RANK_NAME, RANK_HEX, RANK_NUMBER = range(8)
 _EXCEPTION_WORD = re.compile(r"[A-Z]\w*(?:Error|Exception|Warning|Exit|Interrupt)")
+_DIGIT = re.compile(r"[0-9]")
 _JSON_ESCAPE = re.compile(r'\\(?:u[0-9A-Fa-f]{4}|[nrt"\\/])')
 _ESCAPE = re.compile(r"u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[nrtbfv0]")
 _HEX = re.compile(r"(?:0x)?[0-9a-f]{6,}")
@@ -433,15 +434,27 @@ def _facts(text: str) -> Iterator[tuple[str, int]]:
         text = _NUMBERED_LINE.sub("", text)  # line numbers are not facts
     for line in _error_lines(text, 2):
         yield line, RANK_ERROR_LINE
+    ranks: dict[str, list[tuple[str, int]]] = {}  # a token's facts, found once per distinct token
     for match in itertools.islice(_FACT_TOKEN.finditer(text), MAX_SCANNED):
         token = match.group(0)
-        if match.start() and text[match.start() - 1] == "\\" and (escape := _ESCAPE.match(token)):
+        if text[match.start() - 1] == "\\" and match.start() and (escape := _ESCAPE.match(token)):
             token = token[escape.end() :]  # `\u005c`, `\n` of JSON-escaped text are not facts
-        token = token.rstrip(".:/-,").lstrip("-:")
-        for part in _parts(token[2:] if token.startswith("./") else token):
-            kind = _rank(part)
-            if kind is not None:
-                yield part, kind
+        facts = ranks.get(token)
+        if facts is None:
+            ranks[token] = facts = _token_facts(token)
+        yield from facts
+
+
+def _token_facts(token: str) -> list[tuple[str, int]]:
+    if token.isalpha() and (token.islower() or token.isupper() or token[1:].islower()):
+        return []  # a plain word: the most common token by far, and never a fact
+    token = token.rstrip(".:/-,").lstrip("-:")
+    facts = []
+    for part in _parts(token[2:] if token.startswith("./") else token):
+        kind = _rank(part)
+        if kind is not None:
+            facts.append((part, kind))
+    return facts
 
 
 def _parts(token: str) -> list[str]:
@@ -458,7 +471,7 @@ def _rank(token: str) -> int | None:
     if "/" in token or "::" in token:
         last = token.rpartition("/")[2]
         return RANK_PATH if "::" in token or "." in last.strip(".") or token[0] == "/" else RANK_NAME
-    digits = any(ch.isdigit() for ch in token)
+    digits = _DIGIT.search(token) is not None
     if "." in token and not token[0].isdigit():
         parts = token.split(".")
         if all(part.isidentifier() for part in parts):
