@@ -430,7 +430,7 @@ def _facts(text: str) -> Iterator[tuple[str, int]]:
         except orjson.JSONDecodeError:
             pass
     text = _scanned(text, SCAN_CHARS)
-    if _NUMBERED_LINE.search(text, 0, 200):
+    if _NUMBERED_LINE.search(text, 0, 2000):
         text = _NUMBERED_LINE.sub("", text)  # line numbers are not facts
     for line in _error_lines(text, 2):
         yield line, RANK_ERROR_LINE
@@ -470,7 +470,9 @@ def _rank(token: str) -> int | None:
         return None
     if "/" in token or "::" in token:
         last = token.rpartition("/")[2]
-        return RANK_PATH if "::" in token or "." in last.strip(".") or token[0] == "/" else RANK_NAME
+        if "::" in token or "." in last.strip(".") or token.count("/") >= 2:
+            return RANK_PATH
+        return RANK_NAME if len(last) > 1 and not last.isalpha() else None  # `</NOTE>` is no path
     digits = _DIGIT.search(token) is not None
     if "." in token and not token[0].isdigit():
         parts = token.split(".")
@@ -479,7 +481,8 @@ def _rank(token: str) -> int | None:
                 return RANK_ERROR
             if len(parts) == 2 and parts[1] in _FILE_EXTENSIONS:
                 return RANK_PATH
-            return RANK_DOTTED
+            # `self.x` is an attribute, worth as much as a code name; `a.b.c`, `re.escape` module paths.
+            return RANK_NAME if parts[0] in ("self", "cls") else RANK_DOTTED
     if _EXCEPTION_WORD.fullmatch(token):
         return RANK_ERROR
     if digits:
