@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -16,3 +19,38 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> Iter
             monkeypatch.delenv(name)
     monkeypatch.chdir(str(tmp_path))
     yield
+
+
+class StartedAProcess(BaseException):
+    """A test of the fast tier started a process or opened a network socket (TEST_NO_PROCESS=1).
+
+    A BaseException, so a test's own ``except Exception`` cannot hide it."""
+
+
+def _refuse(what: str) -> Any:
+    def refused(*args: object, **kwargs: object) -> Any:
+        raise StartedAProcess(f"{what} in a test not marked `process` (see README, Development)")
+
+    return refused
+
+
+def _refuse_inet(what: str, real: Any) -> Any:
+    def guarded(sock: socket.socket, *args: object, **kwargs: object) -> Any:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            raise StartedAProcess(f"{what} in a test not marked `process` (see README, Development)")
+        return real(sock, *args, **kwargs)
+
+    return guarded
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``TEST_NO_PROCESS=1 pytest`` proves the fast tier fast: starting a process or binding or
+    connecting a network socket fails the test that does it."""
+    if os.environ.get("TEST_NO_PROCESS") != "1":
+        return
+    subprocess.Popen.__init__ = _refuse("subprocess.Popen")  # type: ignore[method-assign]
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve", "system"):
+        if hasattr(os, name):
+            setattr(os, name, _refuse(f"os.{name}"))
+    for name in ("bind", "connect", "connect_ex"):
+        setattr(socket.socket, name, _refuse_inet(f"socket.{name}", getattr(socket.socket, name)))

@@ -71,6 +71,7 @@ async def test_a_body_that_cannot_be_decoded_gets_a_clear_error(
     assert not upstream.requests
 
 
+@pytest.mark.process
 def test_a_gzipped_long_chat_through_the_real_process() -> None:
     body = long_body()
     with (

@@ -4,7 +4,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.processes import VENV_BIN
+
+pytestmark = pytest.mark.process  # runs the real compacting-proxy command
 
 
 def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

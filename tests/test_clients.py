@@ -31,6 +31,8 @@ from tests.upstreams.formats import REPLY
 from tests.upstreams.ollama import FakeOllama, running_fake_ollama
 from tests.upstreams.proxy_server import running_proxy
 
+pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
+
 MODEL = "small"  # the model the proxy and the upstream know a 4,000-token window for
 MODEL_OLLAMA = "llama3.2:3b"  # Ollama runs it at its default context, 4,096 tokens
 # LangChain and pydantic-ai are imported in the tests that use them: about a second each, which

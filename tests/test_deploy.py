@@ -187,6 +187,7 @@ def compose_command() -> list[str] | None:
     return [legacy] if legacy else None
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
 def test_compose_config_accepts_the_file(path: Path, tmp_path: Path) -> None:
     command = compose_command()

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "Dockerfile"
 
 
+@pytest.mark.process
 def test_hadolint_finds_nothing() -> None:
     binary = shutil.which("hadolint") or str(VENV_BIN / "hadolint")
     if not Path(binary).is_file():

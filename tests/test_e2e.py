@@ -13,6 +13,8 @@ import pytest
 from tests.conversations import bike_shop_chat
 from tests.processes import VENV_BIN, free_port, running
 
+pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
+
 WINDOW = 4000
 TOOLS: list[Any] = [
     {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}

@@ -34,6 +34,8 @@ from tests.upstreams.faulty import (
     sse_events,
 )
 
+pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
+
 READ_TIMEOUT_S = 2.0
 MESSAGES: list[Any] = [{"role": "user", "content": "Hi!"}]
 # What a proxy may keep open after the faults besides its baseline: pooled keep-alive connections

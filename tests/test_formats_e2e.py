@@ -24,6 +24,8 @@ from tests.format_fixtures import API_KEY, WINDOW, last_body, recorded, running_
 from tests.upstreams.chats import support_chat
 from tests.upstreams.formats import REPLY
 
+pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
+
 TOOLS_RESPONSES: list[Any] = [
     {"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}, "strict": False}
     for n in ("get_order", "search_parts", "create_return")

@@ -213,6 +213,7 @@ def baseline(upstream: FaultyUpstream) -> Run:
 
 
 # Not "summary then spaces": a megabyte of spaces is 3 tokens by the estimate, never worth a note.
+@pytest.mark.process
 @pytest.mark.parametrize("name", ["dash-separated letters", "capitals", "colons", "comma digits"])
 def test_a_1mb_adversarial_old_result_is_noted_fast_and_healthz_answers_meanwhile(
     upstream: FaultyUpstream, baseline: Run, name: str

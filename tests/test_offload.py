@@ -9,8 +9,11 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.format_fixtures import recorded
+
+pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
 
 
 def big_agent_chat(results: int, lines: int) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from tests.upstreams.chats import SYSTEM, TOOLS, parts_result
 from tests.upstreams.ollama import FakeOllama, prompt_size, running_fake_ollama
 from tests.upstreams.proxy_server import ProxyServer, running_proxy
 
+pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
+
 MODEL = "llama3.2:3b"  # trained for 131,072 tokens, like the real one
 GOAL = 50_000  # tokens of history, by the fake's own count
 OLLAMA_MAX_NUM_CTX = 32768  # the proxy's default cap on the window it asks Ollama for

@@ -30,6 +30,8 @@ import pytest
 
 from tests.format_fixtures import WINDOW, recorded
 
+pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
+
 CLAUDE_CODE_2_1_197 = re.compile(r"prompt is too long[^0-9]*(\d+)\s*tokens?\s*>\s*(\d+)")
 OPENAI_WORDING = re.compile(r"maximum context length is \d+ tokens", re.IGNORECASE)
 OPENCODE_PATTERNS = [

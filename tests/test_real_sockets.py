@@ -35,6 +35,8 @@ from tests.upstreams.chats import TOOLS, support_chat
 from tests.upstreams.faulty import FaultyUpstream, RequestRecord, serve_in_thread
 from tests.upstreams.proxy_server import ProxyServer, running_proxy
 
+pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
+
 WINDOW = 100_000
 HEADER_LIMIT = 8192  # small, so that a body read together with its head is far over it
 UNDER_THE_LINE = (20_000, 64_000, 150_000)  # bytes: forwarded as they came

@@ -268,6 +268,7 @@ def scripted_for_probes(hostile: Hostile) -> None:
     )
 
 
+@pytest.mark.process
 def test_2_no_outgoing_request_carries_the_clients_key() -> None:
     with hostile_upstream() as hostile:
         scripted_for_probes(hostile)
@@ -329,6 +330,7 @@ def closed_by_server(sock: socket.socket) -> bool:
         return True
 
 
+@pytest.mark.process
 def test_3_slowloris_heads_idle_bodies_and_idle_connections_are_closed_in_time() -> None:
     limits = {"COMPACT_HEADER_TIMEOUT": "2", "COMPACT_BODY_TIMEOUT": "2", "COMPACT_KEEP_ALIVE_TIMEOUT": "2"}
     with hostile_upstream() as hostile, proxy_for(hostile.url, COMPACT_WINDOW="8192", **limits) as proxy:
@@ -361,6 +363,7 @@ def test_3_slowloris_heads_idle_bodies_and_idle_connections_are_closed_in_time()
         assert sent < len(head)  # the heads were never complete
 
 
+@pytest.mark.process
 def test_3_connections_past_the_cap_get_503_and_the_proxy_recovers() -> None:
     with (
         hostile_upstream() as hostile,
@@ -386,6 +389,7 @@ def test_3_connections_past_the_cap_get_503_and_the_proxy_recovers() -> None:
 # --- 4: memory stays flat however many distinct model names arrive -------------------------------
 
 
+@pytest.mark.process
 @pytest.mark.timeout(600)
 def test_4_memory_is_flat_after_10000_distinct_model_names() -> None:
     """Each distinct name costs a window probe (the stub's `/v1/models` has one entry, which answers
@@ -507,6 +511,7 @@ def broken() -> Iterator[Proxy]:
 HI: Any = [{"role": "user", "content": "Hi!"}]
 
 
+@pytest.mark.process
 def test_5_anthropic_sdk_raises_on_a_broken_stream(broken: Proxy) -> None:
     client = anthropic.Anthropic(base_url=broken.base_url, api_key="k", max_retries=0)
     with (
@@ -516,6 +521,7 @@ def test_5_anthropic_sdk_raises_on_a_broken_stream(broken: Proxy) -> None:
         stream.get_final_message()
 
 
+@pytest.mark.process
 def test_5_openai_sdk_raises_on_broken_chat_and_responses_streams(broken: Proxy) -> None:
     client = openai.OpenAI(base_url=broken.base_url + "/v1", api_key="k", max_retries=0)
     with pytest.raises(openai.APIError, match="broke off"):
@@ -524,12 +530,14 @@ def test_5_openai_sdk_raises_on_broken_chat_and_responses_streams(broken: Proxy)
         list(client.responses.create(model="m", input="Hi!", stream=True))
 
 
+@pytest.mark.process
 def test_5_ollama_client_raises_on_a_broken_stream(broken: Proxy) -> None:
     client = ollama.Client(host=broken.base_url)
     with pytest.raises(ollama.ResponseError, match="broke off"):
         list(client.chat(model="m", messages=HI, stream=True))
 
 
+@pytest.mark.process
 def test_14_a_broken_stream_is_one_warning_without_a_traceback(broken: Proxy) -> None:
     with (
         pytest.raises(httpx.HTTPError),
@@ -600,6 +608,7 @@ def gzip_bomb(size: int) -> bytes:
     return b"".join(packer.compress(zeros) for _ in range(size >> 20)) + packer.flush()
 
 
+@pytest.mark.process
 def test_8_bombs_and_huge_answers_from_the_upstream_are_bounded() -> None:
     bomb = gzip_bomb(1 << 30)  # 1 GiB of zeros in about 1 MB
 
@@ -661,6 +670,7 @@ def test_8_bombs_and_huge_answers_from_the_upstream_are_bounded() -> None:
 # --- 9: a COMPACT_API_KEYS that holds no key refuses to start -----------------------------------
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("value", [",", " ", " , ,"])
 def test_9_api_keys_without_a_key_refuse_to_start(value: str) -> None:
     with pytest.raises(ValueError, match="holds no key"):
@@ -675,6 +685,7 @@ def test_9_api_keys_without_a_key_refuse_to_start(value: str) -> None:
 # --- 10: a client's value cannot forge a log line -----------------------------------------------
 
 
+@pytest.mark.process
 def test_10_newlines_in_client_values_do_not_forge_log_lines() -> None:
     forged = "2026-01-01 00:00:00,000 WARNING proxy [-] FORGED"
     with hostile_upstream() as hostile:
@@ -711,6 +722,7 @@ async def test_11_errors_on_api_chat_are_ollama_shaped() -> None:
 # --- 12: a 502 repeats neither the upstream's address nor its bytes -----------------------------
 
 
+@pytest.mark.process
 def test_12_a_502_does_not_show_the_upstream_url_or_its_garbage() -> None:
     def garbage(h: _Handler, seen: Seen) -> None:
         h.wfile.write(b"\x00\x16\x03\x01 this is not HTTP \xff\xfe\r\n\r\n")
@@ -759,6 +771,7 @@ async def test_14_headers_named_in_connection_are_not_forwarded() -> None:
     assert "x-hop-secret" not in upstream.last.headers and upstream.last.headers["x-kept"] == "2"
 
 
+@pytest.mark.process
 def test_14_readyz_sends_at_most_one_upstream_request_a_second() -> None:
     with hostile_upstream() as hostile:
         hostile.routes["/v1/models"] = lambda h, s: h.json(200, {"data": []})

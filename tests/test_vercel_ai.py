@@ -20,10 +20,13 @@ from tests.upstreams.formats import REPLY
 NODE_DIR = Path(__file__).parent / "node"
 SCRIPT = NODE_DIR / "vercel_responses.mjs"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("node") is None or not (NODE_DIR / "node_modules" / "ai").exists(),
-    reason="needs Node and `npm ci --prefix tests/node`",
-)
+pytestmark = [
+    pytest.mark.process,  # runs Node and the real proxy
+    pytest.mark.skipif(
+        shutil.which("node") is None or not (NODE_DIR / "node_modules" / "ai").exists(),
+        reason="needs Node and `npm ci --prefix tests/node`",
+    ),
+]
 
 
 def ai_sdk_messages(chat: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
