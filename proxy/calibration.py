@@ -67,7 +67,6 @@ def truncated_window(sent: int, reported: int, window: int) -> int | None:
 class _ModelState:
     smoothed: float
     factor: float
-    samples: int = 0
 
 
 class Calibrator:
@@ -92,21 +91,14 @@ class Calibrator:
         ratio = min(MAX_FACTOR, reported / estimated)
         state = self._models.get(model)
         if state is None:
-            self._models[model] = _ModelState(smoothed=ratio, factor=_quantize(ratio), samples=1)
+            self._models[model] = _ModelState(smoothed=ratio, factor=_quantize(ratio))
             return
         state.smoothed += SMOOTHING * (ratio - state.smoothed)
-        state.samples += 1
         if abs(math.log(state.smoothed / state.factor)) > STEP:
             state.factor = _quantize(state.smoothed)
 
     def __len__(self) -> int:
         return len(self._models)
-
-    def snapshot(self) -> dict[str, dict[str, float]]:
-        return {
-            str(model): {"factor": s.factor, "smoothed": round(s.smoothed, 4), "samples": s.samples}
-            for model, s in self._models.items()
-        }
 
 
 def _quantize(ratio: float) -> float:

@@ -50,7 +50,6 @@ class Summarizer:
         self.model = model
         self.max_tokens = max_tokens
         self.timeout = timeout
-        self.calls = 0
         self._inflight: dict[str, asyncio.Future[str]] = {}
 
     async def apply(
@@ -127,7 +126,6 @@ class Summarizer:
     async def _call(
         self, transcript: str, previous: str | None, model: str, headers: Sequence[tuple[bytes, bytes]]
     ) -> str:
-        self.calls += 1
         body = summary_request(transcript, previous, model=model, max_tokens=self.max_tokens)
         auth = [(k, v) for k, v in headers if k.lower() == b"authorization"]
         answer = await fetch(
