@@ -20,7 +20,7 @@ above this is the proxy's own work.
 - ``aiohttp-native``: ``aiohttp.ClientSession`` directly, no httpx: what the httpx layer costs.
 
 Served by uvicorn with uvloop + httptools, one worker, no access log.
-``python benchmarks/bare_passthrough.py --port P --upstream http://127.0.0.1:UP``
+``python -m benchmarks.bare_passthrough --port P --upstream http://127.0.0.1:UP``
 """
 
 from __future__ import annotations

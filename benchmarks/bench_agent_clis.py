@@ -7,8 +7,8 @@ error). Printed per run: requests the server received, how many were over its wi
 task finished, the largest request the client sent and the largest the server received (cl100k), and
 the proxy's time from receiving a request to forwarding it (total over the run, and the largest).
 
-    python benchmarks/bench_agent_clis.py            # 3 CLIs (+ Claude Code with thinking) x 16k/32k/128k, direct and proxied
-    python benchmarks/bench_agent_clis.py --quick    # Codex and opencode at 32k, 30 steps (about a minute)
+    python -m benchmarks.bench_agent_clis            # 3 CLIs (+ Claude Code with thinking) x 16k/32k/128k, direct and proxied
+    python -m benchmarks.bench_agent_clis --quick    # Codex and opencode at 32k, 30 steps (about a minute)
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.agent_clis import installed, run
 

@@ -1,7 +1,7 @@
 # ruff: noqa: RUF001, RUF002  (the report prints multiplication and minus signs, on purpose)
 """Prompt-cache retention of compaction: the pattern's plain algorithm against our engine.
 
-``python benchmarks/bench_cache.py [--quick] [--turns N] [--tokens-per-turn T] [--seed S]``
+``python -m benchmarks.bench_cache [--quick] [--turns N] [--tokens-per-turn T] [--seed S]``
 
 Each simulated conversation (``conversations.py``) is replayed as an agent client runs it through
 a transparent proxy: the client keeps the full history and, before every model call (after each
@@ -65,16 +65,13 @@ from typing import Any
 
 import orjson
 
+from benchmarks import conversations as sim
+from proxy.chat import budget_for
+from proxy.compaction import Budget, Policy, compact
+from proxy.settings import ModelWindow
+from proxy.tokens import RequestCounter, count_chars4
+
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.append(str(HERE))
-
-import conversations as sim  # noqa: E402
-
-from proxy.chat import budget_for  # noqa: E402
-from proxy.compaction import Budget, Policy, compact  # noqa: E402
-from proxy.settings import ModelWindow  # noqa: E402
-from proxy.tokens import RequestCounter, count_chars4  # noqa: E402
 
 Message = dict[str, Any]
 COUNTER = RequestCounter(count_chars4)
@@ -708,7 +705,7 @@ def main(argv: list[str] | None = None) -> None:
     if 0.6 not in targets:
         targets.append(0.6)
     given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python benchmarks/bench_cache.py", *map(shlex.quote, given)])
+    command = " ".join(["python -m benchmarks.bench_cache", *map(shlex.quote, given)])
 
     started = time.perf_counter()
     conversation = simulate(turns, args.tokens_per_turn, args.seed, args.per_turn)

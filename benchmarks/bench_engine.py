@@ -6,7 +6,7 @@ the same run: a linear engine keeps that ratio near 1. "cold" counts every text 
 process, or another replica); "warm" is the steady state of a chat, whose earlier texts the counter
 remembers from the previous turn, with the notes it wrote then.
 
-    python benchmarks/bench_engine.py [--quick]
+    python -m benchmarks.bench_engine [--quick]
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ import gc
 import json
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 

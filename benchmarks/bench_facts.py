@@ -1,6 +1,6 @@
 """Do planted facts survive level 1? Our notes against the pattern's plain preview.
 
-``python benchmarks/bench_facts.py [--quick] [--turns N] [--seeds 0,1,2]``
+``python -m benchmarks.bench_facts [--quick] [--turns N] [--seeds 0,1,2]``
 
 Facts (order numbers, part numbers, ids, amounts, dates, error lines) are planted at the head, the
 middle or the tail of tool results of simulated agent chats (``conversations.py``; each planted
@@ -26,14 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import bench_cache
+from benchmarks import conversations as sim
+from proxy.compaction import Budget, CompactionResult, Policy, compact
+
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.append(str(HERE))
-
-import bench_cache  # noqa: E402
-import conversations as sim  # noqa: E402
-
-from proxy.compaction import Budget, CompactionResult, Policy, compact  # noqa: E402
 
 Message = dict[str, Any]
 COUNT = bench_cache.COUNT
@@ -184,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1,2")).split(",")]
     conversations = [sim.simulate(args.turns, tokens_per_turn=args.tokens_per_turn, seed=s) for s in seeds]
     given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python benchmarks/bench_facts.py", *map(shlex.quote, given)])
+    command = " ".join(["python -m benchmarks.bench_facts", *map(shlex.quote, given)])
     text = markdown(measure_facts(conversations), conversations, command)
     print(text)
     if args.write if args.write is not None else not args.quick:

@@ -4,19 +4,15 @@ Chat Completions, Responses and Anthropic Messages form. Figures are medians of 
 counter remembers the texts, as in a chat's steady state), and ratios against Chat Completions
 measured in the same run.
 
-    python benchmarks/bench_formats.py [--quick]
+    python -m benchmarks.bench_formats [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 

@@ -6,7 +6,7 @@ server's window, then for each chat asks the proxy for a dry run (``POST /compac
 for its own count (``/apply-template`` + ``/tokenize``, which is exactly its ``usage.prompt_tokens``)
 of the original and of the compacted messages. Nothing is generated, so it takes a few seconds.
 
-``python benchmarks/bench_llama_estimate.py [--ctx 4096] [--window N|auto] [--tokenizer upstream]``
+``python -m benchmarks.bench_llama_estimate [--ctx 4096] [--window N|auto] [--tokenizer upstream]``
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.upstreams.chats import TOOLS, short_chat, support_chat
 from tests.upstreams.llama import count_prompt_tokens, running_llama_server

@@ -1,7 +1,7 @@
 # ruff: noqa: RUF001, RUF002  (the report prints multiplication and minus signs, on purpose)
 """Agent loops through the compactors: requests over the window, cache retention, facts kept, time.
 
-``python benchmarks/bench_loops.py [--quick] [--tokenizers cl100k_base,qwen3] [--windows 8000,...]``
+``python -m benchmarks.bench_loops [--quick] [--tokenizers cl100k_base,qwen3] [--windows 8000,...]``
 
 Each simulated coding-agent loop (``agent_loops.py``: one request with 60-300 tool calls, or 3-5
 requests with 30-100 calls each) is replayed call by call as its client sends it: the full history
@@ -50,20 +50,17 @@ from typing import Any
 
 import orjson
 
+from benchmarks import agent_loops as sim
+from benchmarks.bench_cache import common_prefix, plain_proxy
+from proxy.cache import LruCache
+from proxy.chat import budget_for
+from proxy.compaction import Policy, compact
+from proxy.notes import NOTE_PREFIX
+from proxy.settings import ModelWindow
+from proxy.tokenizers import load_text_counter
+from proxy.tokens import MemoTextCounter, RequestCounter
+
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.append(str(HERE))
-
-import agent_loops as sim  # noqa: E402
-from bench_cache import common_prefix, plain_proxy  # noqa: E402
-
-from proxy.cache import LruCache  # noqa: E402
-from proxy.chat import budget_for  # noqa: E402
-from proxy.compaction import Policy, compact  # noqa: E402
-from proxy.notes import NOTE_PREFIX  # noqa: E402
-from proxy.settings import ModelWindow  # noqa: E402
-from proxy.tokenizers import load_text_counter  # noqa: E402
-from proxy.tokens import MemoTextCounter, RequestCounter  # noqa: E402
 
 Message = dict[str, Any]
 BODY: dict[str, Any] = {"model": "simulated", "tools": sim.TOOL_SCHEMAS}
@@ -346,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     tokenizers = (args.tokenizers or ("cl100k_base" if args.quick else "cl100k_base,qwen3")).split(",")
     windows = [int(w) for w in args.windows.split(",")]
     given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python benchmarks/bench_loops.py", *map(shlex.quote, given)])
+    command = " ".join(["python -m benchmarks.bench_loops", *map(shlex.quote, given)])
     started = time.perf_counter()
     jobs = [(t, w, args.quick, args.seed) for t in tokenizers for w in windows]
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:

@@ -1,6 +1,6 @@
 """What sending an OpenAI chat to Ollama's native `/api/chat` costs, against forwarding it to `/v1`.
 
-``python benchmarks/bench_ollama_bridge.py [--quick] [--requests N]``
+``python -m benchmarks.bench_ollama_bridge [--quick] [--requests N]``
 
 The fake Ollama of the tests (``tests/upstreams/ollama.py``) runs in its own process; two real
 ``compacting-proxy`` processes stand in front of it, one finding it is Ollama (the bridge: translate
@@ -21,8 +21,6 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from tests.upstreams.processes import free_port
 from tests.upstreams.proxy_server import running_proxy
 
@@ -35,8 +33,6 @@ BODY = {
 }
 WARMUP = 100
 FAKE = """
-import sys
-sys.path.insert(0, {root!r})
 import uvicorn
 from tests.upstreams.ollama import FakeOllama
 uvicorn.run(FakeOllama().app(), host="127.0.0.1", port={port}, log_level="warning")
@@ -50,8 +46,8 @@ def main() -> None:
     args = parser.parse_args()
     args.requests = args.requests or (200 if args.quick else 1500)
     port = free_port()
-    root = str(Path(__file__).resolve().parent.parent)
-    fake = subprocess.Popen([sys.executable, "-c", FAKE.format(root=root, port=port)])
+    root = Path(__file__).resolve().parent.parent  # `python -c` imports `tests` from its cwd
+    fake = subprocess.Popen([sys.executable, "-c", FAKE.format(port=port)], cwd=root)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url)

@@ -1,5 +1,5 @@
 """What planning one request costs the event loop, against another checkout of the project:
-``python benchmarks/bench_planning.py --baseline /path/to/other/checkout [--quick]``.
+``python -m benchmarks.bench_planning --baseline /path/to/other/checkout [--quick]``.
 
 For each body (the small and large chats of ``chat_bodies.py``, under the line and compacting, and a
 2.7 MB agent loop that is planned in a worker thread), each checkout's ``Planner.plan`` is timed in
@@ -16,7 +16,11 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
+
+from benchmarks.chat_bodies import large_chat, small_chat
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -29,34 +33,44 @@ CASES = {
     "agent loop (2.7 MB), compacting": ("loop", 8192),
 }
 
-WORKER = r"""
-import asyncio, json, sys, time
-sys.path.insert(0, sys.argv[1])
-sys.path.insert(0, sys.argv[2])
-from chat_bodies import small_chat, large_chat
-from proxy.planner import Planner
-from proxy.settings import Settings
 
-def loop_chat():
-    messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."}]
+def loop_chat() -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Fix the bug."},
+    ]
     for i in range(400):
         call = {"name": "read_file", "arguments": json.dumps({"path": f"src/mod{i}.py"})}
-        messages.append({"role": "assistant", "content": None,
-                         "tool_calls": [{"id": f"c{i}", "type": "function", "function": call}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"c{i}", "type": "function", "function": call}],
+            }
+        )
         text = "\n".join(f"def function_{i}_{k}(x):\n    return x + {k}  # line {k}" for k in range(120))
         messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": text})
     return {"model": "m", "messages": messages}
 
-bodies = {"small": small_chat, "large": large_chat, "loop": loop_chat}
-cases = json.loads(sys.argv[3])
-calls = int(sys.argv[4])
+
+# Run with the checkout as its cwd, so `python -c` imports that checkout's `proxy`; the bodies are this
+# checkout's, the same for both, read from a JSON file.
+WORKER = r"""
+import asyncio, json, sys, time
+from proxy.planner import Planner
+from proxy.settings import Settings
+
+with open(sys.argv[1]) as f:
+    texts = {kind: json.dumps(body) for kind, body in json.load(f).items()}
+cases = json.loads(sys.argv[2])
+calls = int(sys.argv[3])
 
 async def main():
     out = {}
     for name, (kind, window) in cases.items():
         settings = Settings(_env_file=None, window=window, upstream_kind="openai", calibrate=False)
         planner = Planner(settings)
-        body = bodies[kind]()
+        body = json.loads(texts[kind])
         n = max(3, calls // 50) if kind == "loop" else calls
         await planner.plan(body)  # warm: counter memo, notes memo, as a chat's next turn finds them
         times = []
@@ -72,10 +86,11 @@ asyncio.run(main())
 """
 
 
-def time_checkout(root: Path, calls: int) -> dict[str, float]:
+def time_checkout(root: Path, bodies: Path, calls: int) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACT_")}
     result = subprocess.run(
-        [sys.executable, "-c", WORKER, str(root), str(HERE), json.dumps(CASES), str(calls)],
+        [sys.executable, "-c", WORKER, str(bodies), json.dumps(CASES), str(calls)],
+        cwd=root,
         capture_output=True,
         text=True,
         check=True,
@@ -96,12 +111,15 @@ def main() -> None:
     rounds, calls = (2, 50) if args.quick else (args.rounds, args.calls)
     checkouts = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     samples: dict[str, dict[str, list[float]]] = {c: {name: [] for name in CASES} for c in checkouts}
+    scratch = tempfile.TemporaryDirectory()
+    bodies = Path(scratch.name) / "bodies.json"
+    bodies.write_text(json.dumps({"small": small_chat(), "large": large_chat(), "loop": loop_chat()}))
     for r in range(rounds):
         order = list(checkouts.items())
         if r % 2:
             order.reverse()
         for label, root in order:
-            for name, seconds in time_checkout(root, calls).items():
+            for name, seconds in time_checkout(root, bodies, calls).items():
                 samples[label][name].append(seconds)
     print("| request | this checkout (median per plan) | baseline | this / baseline |")
     print("| --- | ---: | ---: | ---: |")

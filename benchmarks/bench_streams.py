@@ -1,6 +1,6 @@
 """Many concurrent streams through one proxy process: throughput, completeness, memory.
 
-``python benchmarks/bench_streams.py [--clients 200] [--per-client 3] [--rounds 3]``
+``python -m benchmarks.bench_streams [--clients 200] [--per-client 3] [--rounds 3]``
 
 It starts the faulty upstream (``tests/upstreams/faulty.py``, in its normal mode) and the real
 ``compacting-proxy`` in front of it, each as its own process on a free loopback port, then runs
@@ -33,9 +33,6 @@ from pathlib import Path
 
 import httpx
 import orjson
-
-if __package__ in (None, ""):  # run as a script: make `tests` and `proxy` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.processes import VENV_BIN, free_port, running
 from tests.upstreams.faulty import sse_body

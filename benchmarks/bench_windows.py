@@ -6,7 +6,7 @@ A small window caps more: every request caps the latest results again, so at 8k 
 of the engine's time unless it is memoised like the notes. Each figure is also given as a ratio
 against the 32k window of the same run (machines differ; ratios hold).
 
-    python benchmarks/bench_windows.py [--quick]
+    python -m benchmarks.bench_windows [--quick]
 """
 
 from __future__ import annotations
@@ -15,13 +15,8 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import agent_loops as sim
-
+from benchmarks import agent_loops as sim
 from proxy.cache import LruCache
 from proxy.chat import budget_for
 from proxy.compaction import Policy, compact

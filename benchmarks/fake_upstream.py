@@ -12,7 +12,7 @@ httptools parsing HTTP/1.1 (keep-alive, pipelining, chunked request bodies, ``Ex
   model name ending in ``@delay=N`` overrides the delay for that request.
 - ``GET /v1/models``: one model.
 
-``python benchmarks/fake_upstream.py --port P`` serves until ``--lifetime`` seconds have passed.
+``python -m benchmarks.fake_upstream --port P`` serves until ``--lifetime`` seconds have passed.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ behind the same ``httpx.AsyncClient`` calls, against a small misbehaving server 
 A third column runs the proxy's ``UpstreamTransport`` (``proxy/transport.py``): the same transport with its
 exceptions mapped the way httpcore's are: what the proxy uses.
 
-``python benchmarks/httpx_aiohttp_probe.py`` prints a Markdown table and exits (about 10 s).
+``python -m benchmarks.httpx_aiohttp_probe`` prints a Markdown table and exits (about 10 s).
 """
 
 from __future__ import annotations
@@ -30,12 +30,10 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from proxy.transport import UpstreamTransport
 
 HOST = "127.0.0.1"

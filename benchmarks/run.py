@@ -1,4 +1,4 @@
-"""One command for the whole benchmark: ``python benchmarks/run.py [--quick]``.
+"""One command for the whole benchmark: ``python -m benchmarks.run [--quick]``.
 
 It starts a fake upstream (``fake_upstream.py``) and every target in front of it on free loopback
 ports, each as its own process, waits until each answers, checks one request of every body, then
@@ -50,11 +50,9 @@ from typing import Any
 
 import orjson
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from benchmarks import chat_bodies, ttfb
 
-import chat_bodies  # noqa: E402
-import ttfb  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 PYTHON = sys.executable
 HOST = "127.0.0.1"
@@ -770,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"{t.name}: {t.note}")
     res = {
         "started": started,
-        "command": "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:]),
         "rounds": args.rounds,
         "duration": args.duration,
         "bodies": bodies,

@@ -6,7 +6,7 @@ arrived, when the last byte arrived, and how many events came. The fake upstream
 ``delay`` apart, so a proxy that relays chunk by chunk shows ``first_event`` far below ``total``;
 one that buffers the stream shows them nearly equal.
 
-``python benchmarks/ttfb.py --port P --body body.json -n 20``
+``python -m benchmarks.ttfb --port P --body body.json -n 20``
 """
 
 from __future__ import annotations

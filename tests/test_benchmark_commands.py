@@ -17,9 +17,9 @@ pytestmark = pytest.mark.bench
 
 
 def printed_commands() -> list[str]:
-    """The commands of BENCHMARKS.md's index table: `python benchmarks/x.py [--quick] [--other]`."""
+    """The commands of BENCHMARKS.md's index table: `python -m benchmarks.x [--quick] [--other]`."""
     table = (ROOT / "BENCHMARKS.md").read_text().split("| what | command |", 1)[1].split("\n\n", 1)[0]
-    return re.findall(r"`(python benchmarks/[\w./-]+(?: [^`]*)?)`", table)
+    return re.findall(r"`(python -m benchmarks\.\w+(?: [^`]*)?)`", table)
 
 
 def runnable(command: str) -> list[str]:
@@ -31,14 +31,14 @@ def runnable(command: str) -> list[str]:
 
 
 def test_the_index_lists_the_benchmarks() -> None:
-    scripts = {shlex.split(c)[1] for c in printed_commands()}
-    assert len(scripts) >= 7
-    assert all((ROOT / s).exists() for s in scripts), scripts
+    modules = {shlex.split(c)[2] for c in printed_commands()}
+    assert len(modules) >= 7
+    assert all((ROOT / f"{m.replace('.', '/')}.py").exists() for m in modules), modules
 
 
 @pytest.mark.parametrize("command", printed_commands())
 def test_a_printed_benchmark_command_runs(command: str) -> None:
-    if "benchmarks/run.py" in command and shutil.which("wrk") is None:
+    if "benchmarks.run" in command.split() and shutil.which("wrk") is None:
         pytest.fail("benchmarks/run.py needs wrk: apt-get install -y wrk (scripts/test.sh does)")
     pages = sorted([ROOT / "BENCHMARKS.md", *(ROOT / "benchmarks").glob("*.md")])
     before = [page.read_bytes() for page in pages]

@@ -8,18 +8,13 @@ is about three turns of growth in both), at a fraction of the cost.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import bench_cache
-import bench_facts
-import conversations as sim
+from benchmarks import bench_cache, bench_facts
+from benchmarks import conversations as sim
 
 Message = dict[str, Any]
 WINDOW = 16_000
