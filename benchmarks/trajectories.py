@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (the Chinese chat is written with Chinese punctuation, on purpose)
 """Agent trajectories in the exact wire shapes of mini-swe-agent and SWE-agent, from real tool output.
 
 `bench_trajectories.py` replays them. Each trajectory is one agent fixing one bug (`trajectory_tasks`)
@@ -36,8 +37,9 @@ Shapes (read from the frameworks' repositories; prompt texts in `trajectory_temp
   map with `ast` where SWE-agent uses tree-sitter.
 
 Normalised for reproducibility, and nothing else: the temporary directory reads `/testbed`, the
-venv's prefix `/opt/miniconda3/envs/testbed` (SWE-bench's), pytest's duration `0.50s`, file times a
-fixed date, the owner `root`.
+venv's prefix `/opt/miniconda3/envs/testbed` (SWE-bench's), pytest's duration `0.50s`, object
+addresses `0x7f3a2c1b9e80`, file times a fixed date, the owner `root`; pytest loads no plugins of
+the venv (`PYTEST_DISABLE_PLUGIN_AUTOLOAD`).
 """
 
 from __future__ import annotations
@@ -197,6 +199,7 @@ def _environment(root: Path) -> dict[str, str]:
         "GIT_PAGER": "cat",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # the header lists no plugins of the venv; starts fast
         "COLUMNS": "80",
         "GIT_AUTHOR_NAME": "Dana Maintainer",
         "GIT_AUTHOR_EMAIL": "dana@example.org",
@@ -258,6 +261,7 @@ class Sandbox:
     def normalise(self, text: str) -> str:
         text = text.replace(str(self.root), TESTBED).replace(self.prefix, ENV_PREFIX)
         text = re.sub(r"(?<=[ =])in \d+\.\d+s\b", "in 0.50s", text)
+        text = re.sub(r"(?<= at )0x[0-9a-f]{6,}\b", "0x7f3a2c1b9e80", text)
         text = re.sub(r"(?m)^([-dlrwx]{10}\.? +\d+ )\S+ +\S+", r"\1root root", text)
         return text
 
@@ -644,7 +648,7 @@ def file_map(text: str) -> str:
 def editor(sandbox: Sandbox, action: Action) -> tuple[int, str]:
     """SWE-agent's `str_replace_editor` (tools/edit_anthropic), as far as these steps use it."""
     host = sandbox.host(action.path)
-    path = action.path
+    path = action.path if action.path.startswith(TESTBED) else f"{TESTBED}/{action.path}"
     if action.kind == "create":
         host.write_text(action.text)
         return 0, f"File created successfully at: {path}\n"
@@ -798,7 +802,8 @@ def _run_swe(trajectory: Trajectory, task: Task, sandbox: Sandbox, agent: Agent,
 
 
 def trajectories(quick: bool = False, seed: int = 0) -> list[Trajectory]:
-    """Every task in both frameworks (with `quick`, one task each, shorter)."""
+    """Every task in both frameworks (with `quick`, one task each, shorter), and the Chinese chat
+    where its manual pages are installed."""
     if quick:
         plan = [("mini-swe-agent", TASKS[0], 150_000, 60), ("swe-agent", TASKS[1], 150_000, 60)]
     else:
@@ -808,10 +813,101 @@ def trajectories(quick: bool = False, seed: int = 0) -> list[Trajectory]:
             for task in TASKS
             for framework in FRAMEWORKS
         ]
-    return [generate(framework, task, seed, chars, steps) for framework, task, chars, steps in plan]
+    out = [generate(framework, task, seed, chars, steps) for framework, task, chars, steps in plan]
+    chat = chinese_chat(seed, documents=3 if quick else None)
+    return [*out, chat] if chat else out
 
 
 if __name__ == "__main__":
     for t in trajectories(quick="--quick" in sys.argv):
         chars = sum(len(json.dumps(m)) for m in t.messages)
         print(f"{t.name}: {len(t.messages)} messages, {len(t.calls)} model calls, {chars:,} chars")
+
+
+# A Chinese conversation -------------------------------------------------------------------------
+
+MAN_DIRS = ("/usr/share/man/zh_CN",)  # Debian's passwd, login and man-db ship these translations
+ZH_SYSTEM = "你是一名 Linux 系统管理助手。用户会贴出中文手册页，请只根据文档内容回答，并尽量引用原文。"
+_TROFF_ESCAPES = (
+    (re.compile(r"\\f[BIRP]|\\f\(\w\w|\\&|\\\*\(\w\w|\\\*\w|\\m\[\]|\\c|\\\||\\/"), ""),
+    (re.compile(r"\\-"), "-"),
+    (re.compile(r"\\\(em"), "—"),
+    (re.compile(r"\\\(aq"), "'"),
+    (re.compile(r"\\\(dq"), '"'),
+    (re.compile(r"\\\(bu"), "•"),
+    (re.compile(r"\\e"), "\\\\"),
+    (re.compile(r"\\ "), " "),
+    (re.compile(r"\\\(\w\w"), ""),
+)
+
+
+def man_text(troff: str) -> list[tuple[str, str]]:
+    """A manual page's sections as (title, plain text), the troff requests and escapes removed."""
+    sections: list[tuple[str, list[str]]] = [("", [])]
+    for line in troff.splitlines():
+        if line.startswith(("'\\\"", '.\\"')):
+            continue
+        if line.startswith((".SH", ".SS")):
+            sections.append((line[3:].strip().strip('"'), []))
+            continue
+        if line.startswith("."):
+            request, _, rest = line.partition(" ")
+            if request in (".B", ".I", ".BR", ".IR", ".BI", ".RB"):
+                line = rest.replace('"', "")
+            elif request in (".PP", ".TP", ".IP", ".sp", ".br", ".RS", ".RE"):
+                line = ""
+            else:
+                continue
+        for pattern, replacement in _TROFF_ESCAPES:
+            line = pattern.sub(replacement, line)
+        sections[-1][1].append(line)
+    out = []
+    for title, lines in sections:
+        text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+        if title and text:
+            out.append((title, text))
+    return out
+
+
+def _cjk_share(text: str) -> float:
+    return sum("\u4e00" <= c <= "\u9fff" for c in text) / max(1, len(text))
+
+
+def chinese_chat(seed: int = 0, documents: int | None = None) -> Trajectory | None:
+    """A user pastes Chinese manual pages one after another and asks about each; the assistant
+    answers with the page's own sentences. None where no Chinese manual pages are installed."""
+    import gzip
+
+    pages = sorted(
+        path for directory in MAN_DIRS if Path(directory).is_dir() for path in Path(directory).rglob("*.gz")
+    )
+    rng = random.Random(f"chat-zh:{seed}")
+    trajectory = Trajectory("chat-zh", "man-pages", seed)
+    messages = trajectory.messages
+    messages.append({"role": "system", "content": ZH_SYSTEM})
+    used = 0
+    for path in pages:
+        sections = man_text(gzip.decompress(path.read_bytes()).decode("utf-8", "replace"))
+        document = "\n\n".join(f"{title}\n{text}" for title, text in sections)
+        if _cjk_share(document) < 0.15 or len(sections) < 3:
+            continue
+        name = path.name.removesuffix(".gz")
+        messages.append(
+            {
+                "role": "user",
+                "content": f"下面是 {name} 的中文手册页，请先读一遍：\n\n{document}\n\n请概括它的用途。",
+            }
+        )
+        trajectory.calls.append(len(messages))
+        messages.append({"role": "assistant", "content": f"根据手册页：{sections[0][1][:300]}"})
+        for title, text in rng.sample(sections[1:], min(3, len(sections) - 1)):
+            messages.append({"role": "user", "content": f"「{title}」一节说了什么？请摘录要点。"})
+            trajectory.calls.append(len(messages))
+            messages.append({"role": "assistant", "content": f"「{title}」一节写道：{text[:400]}"})
+        used += 1
+        if documents is not None and used >= documents:
+            break
+    if not used:
+        return None
+    messages.pop()  # the conversation ends at its last request
+    return trajectory
