@@ -389,6 +389,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument(
+        "--regenerate", action="store_true", help="make the trajectories again, not from the cache"
+    )
+    parser.add_argument(
         "--write",
         action=argparse.BooleanOptionalAction,
         default=None,

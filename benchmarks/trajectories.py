@@ -410,7 +410,7 @@ class Agent:
                 if (path, line_no // 40) not in self.visited:
                     yield Step(
                         f"`{path}` line {line_no} matches `{keyword}`. Let me read the code around it.",
-                        self.read(path, line_no - rng.randint(10, 30), line_no + rng.randint(40, 110)),
+                        self.read(path, line_no - rng.randint(10, 30), line_no + rng.randint(90, 200)),
                     )
                     self.queue += self.callees(path, max(1, line_no - 30), line_no + 110)
         start, end = self.span()
@@ -446,23 +446,26 @@ class Agent:
             if name in self.followed:
                 continue
             self.followed.add(name)
-            yield Step(
-                f"`{name}` is used here. Let me find where it is defined.",
-                Action("bash", f'grep -rn "def {name}\\|class {name}" {PACKAGE}/ | sort'),
-            )
-            hits = re.findall(r"^([\w/.]+\.py):(\d+):", self.output, re.M)
+            if rng.random() < 0.5 or not self.index.get(name):
+                yield Step(
+                    f"`{name}` is used here. Let me find where it is defined.",
+                    Action("bash", f'grep -rn "def {name}\\|class {name}" {PACKAGE}/ | sort'),
+                )
+                hits = re.findall(r"^([\w/.]+\.py):(\d+):", self.output, re.M)
+            else:  # where it lives is plain from the import, or from the file list
+                hits = [(path, str(line)) for path, line, _ in self.index[name]]
             if not hits:
                 continue
             path, line = hits[0]
             places = [p for p in self.index.get(name, []) if p[0] == path]
             start, end = (places[0][1], places[0][2]) if places else (int(line), int(line) + 60)
-            end = min(end, start + rng.randint(60, 160))
+            end = max(end, start + rng.randint(120, 260))  # the definition and what follows it
             thought = f"`{name}` is defined in `{path}` at line {line}."
             if len(hits) > 1:
                 thought += f" There are {len(hits)} definitions; `{hits[1][0]}` has another one."
-            if rng.random() < 0.15 and self.lines_of(path) < 260:
+            if rng.random() < 0.5 and self.lines_of(path) < 700:
                 yield Step(
-                    f"{thought} The file is short, let me read all of it.", Action("bash", f"cat {path}")
+                    f"{thought} The file is not long, let me read all of it.", Action("view", path=path)
                 )
             else:
                 yield Step(f"{thought} Let me read it.", self.read(path, start - rng.randint(0, 8), end))
@@ -513,7 +516,7 @@ class Agent:
         elif choice == 2:
             yield Step(
                 f"Let me look at how `{name}` is used across the package.",
-                Action("bash", f'grep -rn "{name}" {PACKAGE}/ | sort | head -60'),
+                Action("bash", f'grep -rn "{name}" {PACKAGE}/ tests/ | sort | head -80'),
             )
         else:
             yield Step(
@@ -809,13 +812,47 @@ def trajectories(quick: bool = False, seed: int = 0) -> list[Trajectory]:
     else:
         rng = random.Random(seed)
         plan = [
-            (framework, task, rng.randint(380_000, 620_000), rng.randint(90, 150))
+            (framework, task, rng.randint(550_000, 800_000), rng.randint(125, 150))
             for task in TASKS
             for framework in FRAMEWORKS
         ]
     out = [generate(framework, task, seed, chars, steps) for framework, task, chars, steps in plan]
     chat = chinese_chat(seed, documents=3 if quick else None)
     return [*out, chat] if chat else out
+
+
+def cache_path(quick: bool, seed: int) -> Path:
+    """Where a run's trajectories are kept: keyed by everything they are made of (this module and
+    its data, the Starlette and Python versions, the manual pages), so a change makes new ones."""
+    import hashlib
+
+    import starlette
+
+    digest = hashlib.sha256()
+    for module in ("trajectories.py", "trajectory_tasks.py", "trajectory_templates.py"):
+        digest.update((HERE / module).read_bytes())
+    digest.update(f"{starlette.__version__}|{sys.version}|{quick}|{seed}".encode())
+    for directory in MAN_DIRS:
+        if Path(directory).is_dir():
+            for page in sorted(Path(directory).rglob("*.gz")):
+                digest.update(f"{page.name}:{page.stat().st_size}".encode())
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "compacting-proxy"
+    return base / f"trajectories-{digest.hexdigest()[:16]}.json"
+
+
+def cached_trajectories(quick: bool = False, seed: int = 0, *, refresh: bool = False) -> list[Trajectory]:
+    """`trajectories()`, made once and kept (generating runs hundreds of real commands)."""
+    from dataclasses import asdict
+
+    path = cache_path(quick, seed)
+    if not refresh and path.exists():
+        return [Trajectory(**item) for item in json.loads(path.read_text())]
+    made = trajectories(quick, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps([asdict(t) for t in made], ensure_ascii=False))
+    partial.replace(path)
+    return made
 
 
 if __name__ == "__main__":
