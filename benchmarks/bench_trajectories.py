@@ -405,9 +405,10 @@ def main(argv: list[str] | None = None) -> None:
     given = sys.argv[1:] if argv is None else argv
     command = " ".join(["python benchmarks/bench_trajectories.py", *map(shlex.quote, given)])
     started = time.perf_counter()
-    TRAJECTORIES[:] = gen.trajectories(args.quick, args.seed)
+    TRAJECTORIES[:] = gen.cached_trajectories(args.quick, args.seed, refresh=args.regenerate)
+    where = gen.cache_path(args.quick, args.seed)
     print(
-        f"generated {len(TRAJECTORIES)} trajectories in {time.perf_counter() - started:.0f} s",
+        f"{len(TRAJECTORIES)} trajectories ({where}) in {time.perf_counter() - started:.0f} s",
         file=sys.stderr,
     )
     jobs = [(t, w, t == tokenizers[0] and w == min(windows)) for t in tokenizers for w in windows]
