@@ -5,8 +5,11 @@
 
 The trajectories (``trajectories.py``) are mini-swe-agent and SWE-agent runs in their exact wire
 shapes, made of real commands run on a real source tree (Starlette's, from the venv), 40-150 steps
-and 100k+ tokens each. Each is replayed request by request, every request carrying the whole
-history so far (with SWE-agent's ``cache_control`` parts where it puts them), through:
+and 100k+ tokens each, plus a Chinese chat (Debian's zh_CN manual pages pasted one after another,
+with questions about each; left out where they are not installed). They are made once and kept in
+``~/.cache/compacting-proxy/`` (``--regenerate`` makes them again). Each is replayed request by
+request, every request carrying the whole history so far (with SWE-agent's ``cache_control`` parts
+where it puts them), through:
 
 - ``none``: the request as it is (what reaches the model without a proxy).
 - ``plain``: the pattern's plain algorithm in a proxy (``bench_cache.plain_proxy``).
@@ -325,7 +328,7 @@ def markdown(
         "consecutive user or assistant messages; *facts kept*: of the facts of replaced tool results that a "
         "later step uses, the share the replacement kept (in brackets, how many facts); *ms/100k*: median "
         "milliseconds of `Planner.plan` per 100k tokens of history, for histories of 100k tokens and more, "
-        "and its ratio against `json.dumps` of the same history.",
+        "and its ratio against `json.dumps` of the same history (timed at the smallest window, first tokenizer).",
         "",
         "| tokenizer | window | framework | compactor | requests | over (after retry) | refused (false) "
         "| alternation | peak request | replaced | facts kept | ms/100k (× json.dumps) |",
@@ -338,7 +341,10 @@ def markdown(
         refused = f"{run.refused} ({run.false_refusals})" if run.compactor == "ours" else "–"
         timing = "–"
         if run.timed_ms:
-            timing = f"{statistics.median(run.timed_ms):.1f} ({statistics.median(run.timed_ratio):.1f}×)"
+            timing = (
+                f"{statistics.median(run.timed_ms):.1f} ({statistics.median(run.timed_ratio):.1f}×, "
+                f"{len(run.timed_ms)} requests)"
+            )
         lines.append(
             f"| {run.tokenizer} | {run.window // 1024}k | {run.framework} | {run.compactor} | {run.requests} | "
             f"{over} | {refused} | {run.not_alternating} | {run.peak:,} | {run.replaced} | "
