@@ -596,9 +596,10 @@ class Agent:
 
 
 def mini_observation(returncode: int, output: str) -> str:
-    """`action_observation_template` of mini-swe-agent v1.17.5, rendered."""
+    """`action_observation_template` of mini-swe-agent v1.17.5, rendered as Jinja does: `-}}` and
+    `{%- ... -%}` strip the template's own newlines around them, not the output's."""
     if len(output) < MINI_OUTPUT_LIMIT:
-        return f"<returncode>{returncode}</returncode>\n<output>\n{output.rstrip()}</output>"
+        return f"<returncode>{returncode}</returncode>\n<output>\n{output}</output>"
     elided = len(output) - MINI_OUTPUT_LIMIT
     return (
         f"<returncode>{returncode}</returncode>\n{MINI_WARNING}<output_head>\n{output[:5000]}\n</output_head>\n"
