@@ -25,6 +25,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -33,7 +34,18 @@ from proxy.cache import SummaryCache
 from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_object
 from proxy.encoding import decode_body
 from proxy.errors import ProxyError, error_response
-from proxy.formats import FORMATS, ROUTES, Conversation, Route, WireFormat, format_for_path, match_route
+from proxy.formats import (
+    FORMATS,
+    ROUTES,
+    Conversation,
+    Route,
+    WireFormat,
+    client_field,
+    context_edits,
+    format_for_path,
+    match_route,
+    server_manages_context,
+)
 from proxy.logs import request_id
 from proxy.metrics import Metrics
 from proxy.ollama import OllamaUpstream
@@ -47,6 +59,7 @@ from proxy.summarizer import Summarizer
 from proxy.upstream import (
     CREDENTIAL_HEADERS,
     TAIL_BYTES,
+    StreamBroken,
     StreamedResponse,
     Upstream,
     buffered_response,
@@ -59,9 +72,14 @@ from proxy.upstream import (
 log = logging.getLogger("proxy")
 
 LOGGED_BODY_BYTES = 64 * 1024
+OFFLOAD_BYTES = 1024 * 1024
 # Where a configured upstream key goes, by wire format, when that server reads its own header.
 KEY_HEADERS = {"messages": b"x-api-key", "azure": b"api-key"}
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+# `/readyz` is open to anyone: its answer is reused this long, so it cannot be made a way to send
+# the upstream a request per request.
+READY_TTL = 2.0
+READY_TIMEOUT = 5.0
 # Where clients put their key: OpenAI's bearer token, Anthropic's `x-api-key`, Azure's `api-key`.
 
 
@@ -91,12 +109,26 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         state.upstream = Upstream(shared, settings.upstream_url, key, build_timeout(settings))
         # Probes and summaries are off the hot path: they may use the client's conveniences.
         state.http = http = httpx.AsyncClient(
-            transport=shared, timeout=build_timeout(settings), trust_env=False
+            transport=shared,
+            timeout=build_timeout(settings),
+            trust_env=False,
+            headers={"accept-encoding": "gzip, deflate"},  # what `read_decoded` can undo, bounded
         )
         detector = WindowDetector(http, settings.upstream_url, refresh=settings.window_refresh)
         exact = UpstreamTokenCounter(http, settings.upstream_url)
         state.planner = Planner(settings, detector=detector, exact=exact, metrics=metrics)
         state.ollama = OllamaUpstream(http, settings)
+        planner = state.planner
+        for name, table in (
+            ("windows", detector._cache),
+            ("ollama_windows", state.ollama._windows),
+            ("ollama_unknown", state.ollama._window_retry),
+            ("calibration", planner.calibrator),
+            ("seen_windows", planner.seen_windows),
+            ("notes", planner.notes),
+            ("upstream_urls", state.upstream._urls),
+        ):
+            metrics.watch_table(name, functools.partial(len, table))
         if settings.summarize:
             cache = SummaryCache(
                 size=settings.cache_size, redis_url=settings.cache_url, ttl=settings.cache_ttl
@@ -114,6 +146,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     if transport is not None:
         wire(transport)
     api_keys = [key.get_secret_value().encode() for key in settings.api_keys]
+    upstream_kind = {"upstream_url": settings.upstream_url, "upstream_kind": settings.upstream_kind}
 
     # Errors in the shape of the client's protocol (Anthropic's on its routes).
     @app.exception_handler(ProxyError)
@@ -139,7 +172,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        if not isinstance(exc, StreamBroken):  # a broken upstream stream was logged where it broke
+            log.exception("unexpected error on %s %s", request.method, request.url.path)
         return error_response(
             500,
             "The proxy failed to handle this request.",
@@ -153,18 +187,21 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         """The process is alive and serving."""
         return {"status": "ok"}
 
+    ready_lock = asyncio.Lock()
+    ready: list[Any] = [float("-inf"), None]  # when the last answer was had, and its error (None: ready)
+
     @app.get("/readyz")
     async def readyz(request: Request) -> Response:
-        """The upstream answers (any HTTP status counts: it is reachable)."""
-        upstream: Upstream = request.app.state.upstream
-        try:
-            await request.app.state.http.get(
-                upstream.url("/models"), headers=upstream.request_headers([]), timeout=5.0
-            )
-        except httpx.HTTPError as exc:
+        """The upstream answers (any HTTP status counts: it is reachable). Only its status line is
+        read, and one answer serves every `/readyz` for `READY_TTL` seconds."""
+        async with ready_lock:
+            if time.monotonic() - ready[0] >= READY_TTL:
+                ready[1] = await ask_ready(request.app.state.upstream)
+                ready[0] = time.monotonic()
+        if ready[1] is not None:
             return error_response(
                 503,
-                f"The upstream does not answer: {type(exc).__name__}.",
+                f"The upstream does not answer: {ready[1]}.",
                 type="upstream_error",
                 code="upstream_unreachable",
             )
@@ -197,7 +234,11 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     async def compact_report(
         request: Request, wire: WireFormat, body: dict[str, Any], params: dict[str, str]
     ) -> Response:
-        conversation = wire.read(body, params)
+        if server_manages_context(wire, body, **upstream_kind):
+            conversation = None
+        else:
+            body = context_edits(wire, body)
+            conversation = wire.read(body, params)
         if conversation is None:
             report: dict[str, Any] = {"messages": None, "report": {"compacted": False, "left_alone": True}}
             return Response(dump_json(report), media_type="application/json")
@@ -205,7 +246,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         planner: Planner = request.app.state.planner
         bridge = await ollama_bridge(request, wire, body)
         window = conversation.window or (bridge.num_ctx if bridge else None)  # what it would get
-        plan = await planner.plan(conversation.request, request.headers.raw, window_tokens=window)
+        plan = await planner.plan(conversation.request, credentials(request), window_tokens=window)
         report = {"messages": plan.result.messages, "report": plan.report()}
         if wire is not FORMATS["chat"]:
             report["body"] = wire.write(body, conversation, plan) if plan.result.changed else body
@@ -225,9 +266,15 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     async def compact_and_forward(request: Request, route: Route) -> Response:
         """Read the request into the neutral conversation, compact it, forward it, relay the answer."""
         raw = await read_json_body(request, settings.max_body_bytes)
-        body = parse_json_object(raw)
+        # A large body is parsed in a worker thread, like its plan: other clients are served meanwhile.
+        big = len(raw) >= OFFLOAD_BYTES
+        body = await asyncio.to_thread(parse_json_object, raw) if big else parse_json_object(raw)
         wire = route.format
         path = route.upstream or raw_path(request)
+        if server_manages_context(wire, body, **upstream_kind):  # the server compacts this itself
+            return await until_disconnect(request, forward(request, path, raw, route))
+        if (edited := context_edits(wire, body)) is not body:
+            body, raw = edited, dump_json(edited)
         conversation = wire.read(body, request.path_params)
         if conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, forward(request, path, raw, route))
@@ -235,7 +282,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         planner: Planner = request.app.state.planner
         bridge = await ollama_bridge(request, wire, body)
         window = conversation.window or (bridge.num_ctx if bridge else None)
-        plan = await planner.plan(conversation.request, request.headers.raw, window_tokens=window)
+        plan = await planner.plan(conversation.request, credentials(request), window_tokens=window)
         plan = await summarized(request, conversation.request, plan)
         metrics.record_compaction(plan.result)
         if plan.result.overflow:
@@ -243,7 +290,12 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             metrics.overflows.labels("reject" if rejected else settings.overflow).inc()
             if rejected:
                 field = wire.reply_field or plan.reply_field
-                raise context_length_error(replace(plan, reply_field=field))
+                raise context_length_error(
+                    replace(plan, reply_field=field),
+                    wire=wire.name,
+                    field_of=functools.partial(client_field, wire, body, conversation),
+                    streamed=wire.streamed(body),
+                )
         if plan.result.changed:
             log.info(plan.summary())
         if settings.log_bodies:
@@ -260,7 +312,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         if wire is not FORMATS["chat"]:
             return None
         ollama: OllamaUpstream = request.app.state.ollama
-        return await ollama.bridge(body, request.headers.raw)
+        return await ollama.bridge(body, credentials(request))
 
     async def forward_compacted(request: Request, exchange: Exchange, plan: ChatPlan) -> Response:
         """Forward a planned request; on an overflow the upstream reports, retry once, harder."""
@@ -360,6 +412,12 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             metrics.summaries.labels("written").inc(done.summarized)
         return done
 
+    def credentials(request: Request) -> list[tuple[bytes, bytes]]:
+        """What the proxy's own requests to the upstream (probes, counts) carry: the upstream key
+        when one is configured, else the client's bearer token unless it was the proxy's own key."""
+        headers = upstream_headers(request, key_header=b"authorization")
+        return [(k, v) for k, v in headers if k.lower() == b"authorization"]
+
     def upstream_headers(request: Request, *, key_header: bytes | None = None) -> list[tuple[bytes, bytes]]:
         """The client's headers for the upstream. A configured upstream key goes in `key_header`,
         else in the header the server of this request's format reads (Anthropic's `x-api-key`,
@@ -400,14 +458,19 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     ) -> Response:
         """The upstream's answer for the client: streamed as it comes, or read whole for an answer
         that was not asked to stream (to learn the prompt size it reports)."""
+        stream_format = format_for_path(request.url.path).name
         if plan is None or exchange is None:
-            return StreamedResponse(response, metrics=metrics)
+            return StreamedResponse(response, metrics=metrics, stream_format=stream_format)
         extra = plan.headers()
         planner: Planner = request.app.state.planner
         reported = exchange.route.format.reported_prompt_tokens
         if exchange.streamed or is_event_stream(response):
             return StreamedResponse(
-                response, extra, on_complete=lambda tail: planner.learn(plan, reported(tail)), metrics=metrics
+                response,
+                extra,
+                on_complete=lambda tail: planner.learn(plan, reported(tail)),
+                metrics=metrics,
+                stream_format=exchange.route.format.name,
             )
         body = await read_raw(response)
         readable = response.is_success and "content-encoding" not in response.headers
@@ -568,12 +631,32 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone, or closed by the body timeout: nobody reads an answer
+        raise ProxyError(
+            400, "The client went away before its body was complete.", code="incomplete_body"
+        ) from None
     return b"".join(chunks)
+
+
+async def ask_ready(upstream: Upstream) -> str | None:
+    """None if the upstream answers `GET /models` at all, else why not. The body is never read."""
+    try:
+        response = await asyncio.wait_for(
+            upstream.open("GET", upstream.url("/models"), upstream.request_headers([]), b""), READY_TIMEOUT
+        )
+    except TimeoutError:
+        return "ReadTimeout"
+    except ProxyError as exc:
+        return type(exc.__cause__).__name__ if exc.__cause__ else exc.code or "error"
+    with contextlib.suppress(httpx.HTTPError):
+        await response.aclose()
+    return None
 
 
 async def read_json_body(request: Request, limit: int) -> bytes:

@@ -8,14 +8,21 @@ Redis failing is a cache miss with a warning, never a failed request.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Hashable, Iterator
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger("proxy.cache")
 
 KEY_PREFIX = "compacting-proxy:summary:"
+# Tables keyed by what clients send (model names): this many entries at most, and a name longer
+# than `MAX_KEY_CHARS` kept as its digest, so 10,000 distinct 1 MB names cost no more than 1,024 short.
+MODEL_TABLE_SIZE = 1024
+MAX_KEY_CHARS = 256
+
+V = TypeVar("V")
 
 
 class LruCache:
@@ -31,11 +38,60 @@ class LruCache:
             self._items.move_to_end(key)
         return value
 
+    def __len__(self) -> int:
+        return len(self._items)
+
     def put(self, key: Hashable, value: str) -> None:
         self._items[key] = value
         self._items.move_to_end(key)
         while len(self._items) > self.size:
             self._items.popitem(last=False)
+
+
+def table_key(key: Hashable) -> Hashable:
+    """`key` as a table keeps it: a long string (or one inside a tuple) by its digest."""
+    if isinstance(key, str) and len(key) > MAX_KEY_CHARS:
+        return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    if isinstance(key, tuple):
+        return tuple(table_key(part) for part in key)
+    return key
+
+
+class ModelTable(Generic[V]):
+    """A mapping keyed by client input (model names): least recently used entries go first past
+    `size`, long keys are kept as digests."""
+
+    def __init__(self, size: int = MODEL_TABLE_SIZE) -> None:
+        self.size = size
+        self._items: OrderedDict[Hashable, V] = OrderedDict()
+
+    def get(self, key: Hashable, default: V | None = None) -> V | None:
+        key = table_key(key)
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        return default
+
+    def __contains__(self, key: Hashable) -> bool:
+        return table_key(key) in self._items
+
+    def __getitem__(self, key: Hashable) -> V:
+        key = table_key(key)
+        self._items.move_to_end(key)
+        return self._items[key]
+
+    def __setitem__(self, key: Hashable, value: V) -> None:
+        key = table_key(key)
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self) -> Iterator[tuple[Hashable, V]]:
+        return iter(list(self._items.items()))
 
 
 class SummaryCache:

@@ -17,6 +17,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from proxy.cache import ModelTable
+
 # A prompt the upstream counts as much smaller than estimated is more likely a cache artefact (some
 # servers report only the tokens they had to evaluate) than a real overcount: such ratios are ignored.
 MIN_RATIO = 0.8
@@ -73,11 +75,15 @@ class Calibrator:
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
-        self._models: dict[str, _ModelState] = {}
+        self._models: ModelTable[_ModelState] = ModelTable()  # names come from clients: bounded
 
     def factor(self, model: str) -> float:
         state = self._models.get(model)
         return state.factor if state and self.enabled else 1.0
+
+    def calibrated(self, model: str) -> bool:
+        """Whether the upstream has reported a count for `model` yet."""
+        return self.enabled and model in self._models
 
     def observe(self, model: str, estimated: int, reported: int) -> None:
         """Learn from one prompt the proxy estimated at `estimated` raw tokens and the upstream counted."""
@@ -93,9 +99,12 @@ class Calibrator:
         if abs(math.log(state.smoothed / state.factor)) > STEP:
             state.factor = _quantize(state.smoothed)
 
+    def __len__(self) -> int:
+        return len(self._models)
+
     def snapshot(self) -> dict[str, dict[str, float]]:
         return {
-            model: {"factor": s.factor, "smoothed": round(s.smoothed, 4), "samples": s.samples}
+            str(model): {"factor": s.factor, "smoothed": round(s.smoothed, 4), "samples": s.samples}
             for model, s in self._models.items()
         }
 

@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["COMPACT_ENV_FILE"] = args.env_file
     # Read by the protocol in every worker, which does not see a .env file's values otherwise.
     os.environ["COMPACT_MAX_HEADER_BYTES"] = str(settings.max_header_bytes)
+    os.environ["COMPACT_HEADER_TIMEOUT"] = str(settings.header_timeout)
+    os.environ["COMPACT_BODY_TIMEOUT"] = str(settings.body_timeout)
+    os.environ["COMPACT_MAX_CLIENT_CONNECTIONS"] = str(settings.max_client_connections)
     options: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         "timeout_graceful_shutdown": args.timeout_graceful_shutdown,
         "factory": True,
         "http": "proxy.protocol:LimitedHttpToolsProtocol",
+        "timeout_keep_alive": settings.keep_alive_timeout,
         # Forwarded answers carry the upstream's own Date and Server; the app adds a Date only to a
         # response that has none (its own answers, or an upstream's without one).
         "server_header": False,

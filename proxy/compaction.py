@@ -21,7 +21,10 @@ part is the whole conversation. When the seed's rules cannot bring a request und
 engine goes on inside the protected part, never touching user messages or leading system messages:
 older tool results there get notes (the last `keep_recent_tool_results` stay whole), a kept result
 too big for what is left is capped to its head, tail and error lines, and older tool exchanges (an
-assistant `tool_calls` message with all its results) are dropped, oldest first. Nothing is thrown away
+assistant `tool_calls` message with all its results, and the system messages after it) are dropped,
+oldest first. Results the model has not read yet (after the last assistant message) are never noted
+and are capped only as far as the line needs. Each dropped stretch gets one marker, in the role that
+keeps roles alternating, or merged into the neighbouring assistant message. Nothing is thrown away
 for nothing: when all that still ends over the line, the request goes back as it came if it fits the
 window (marked over the line), else `over_window` says which message, never cut, is too big.
 
@@ -34,8 +37,8 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import itertools
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from proxy.notes import (
@@ -65,6 +68,8 @@ KEPT_RESULT_SHARE = 0.5
 LOOP_DROP_SHARE = 0.5
 MIN_CAP_TOKENS = 256  # less would keep too little to be worth more than a note
 CAP_ROUNDS = 4
+CAP_FILL = 0.95  # a cap this close to its size is close enough
+CAP_NOTE_CHARS = 240  # what `cap_text` takes of its size for its own words
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,28 @@ class Policy:
 
 
 @dataclass(frozen=True, slots=True)
+class Marker:
+    """What stands where the run of messages `run` was dropped, placed so that roles still alternate
+    (strict chat templates raise otherwise): its own message with `role` (assistant between two
+    user-side messages, tool results and system messages being on the user's side; user between
+    two assistant answers in words), or, where no role fits both neighbours, its text merged into
+    the kept assistant message `into` (before that message's own content when it follows the run,
+    after it when it comes before). `position` is the index in `CompactionResult.messages` of the
+    message that holds it."""
+
+    run: range
+    text: str
+    role: str | None
+    into: int | None = None
+    position: int = 0
+
+    @property
+    def merged_before(self) -> bool:
+        """Merged at the start of the message after the run (else at the end of the one before)."""
+        return self.into is not None and self.into >= self.run.stop
+
+
+@dataclass(frozen=True, slots=True)
 class CompactionResult:
     """What the engine decided. Indices refer to the messages it was given."""
 
@@ -107,6 +134,7 @@ class CompactionResult:
     # message that may not be cut (a system or user message), with its tokens.
     over_window: bool = False
     oversized: tuple[int, int] | None = None
+    markers: tuple[Marker, ...] = ()  # one per run of dropped messages, in order
 
     @property
     def changed(self) -> bool:
@@ -131,6 +159,44 @@ class CompactionResult:
     def level(self) -> int:
         """The highest level used: 0 nothing, 1 tool results truncated or capped, 2 exchanges dropped."""
         return 2 if self.dropped else 1 if self.truncated or self.capped else 0
+
+
+def merged_content(content: Any, before: Sequence[str], after: Sequence[str]) -> Any:
+    """`content` (text or parts) with marker texts before and after it."""
+    if isinstance(content, list):
+        return [
+            *({"type": "text", "text": t} for t in before),
+            *content,
+            *({"type": "text", "text": t} for t in after),
+        ]
+    own = [content] if isinstance(content, str) and content else []
+    return "\n\n".join([*before, *own, *after])
+
+
+def with_marker_texts(
+    result: CompactionResult, texts: Mapping[int, str], messages: Sequence[Message]
+) -> CompactionResult:
+    """`result` with the text of marker `k` replaced by `texts[k]` (a summary) where it stands,
+    merged ones merged again into the original `messages` they were merged into."""
+    markers = [replace(m, text=texts[k]) if k in texts else m for k, m in enumerate(result.markers)]
+    out = list(result.messages)
+    for k, marker in enumerate(markers):
+        if k not in texts:
+            continue
+        if marker.into is None:
+            out[marker.position] = {**out[marker.position], "content": marker.text}
+            continue
+        into = [m for m in markers if m.into == marker.into]
+        message = messages[marker.into]
+        out[marker.position] = {
+            **message,
+            "content": merged_content(
+                message.get("content"),
+                [m.text for m in into if m.merged_before],
+                [m.text for m in into if not m.merged_before],
+            ),
+        }
+    return replace(result, messages=out, markers=tuple(markers))
 
 
 class NoteMemo(Protocol):
@@ -186,6 +252,7 @@ class _Replay:
     memo: NoteMemo | None = None
     notes: dict[int, str] = field(default_factory=dict)
     caps: dict[int, str] = field(default_factory=dict)
+    uncapped: dict[int, int] = field(default_factory=dict)  # a capped result's cost before its cap
     # Tool results planned as notes: their text, tool, arguments and cost before the plan.
     planned: dict[int, tuple[str, str | None, str | None, int]] = field(default_factory=dict)
     facts_cost: int = 0
@@ -196,6 +263,7 @@ class _Replay:
     skipped: list[_Unit] = field(default_factory=list)
     users: list[int] = field(default_factory=list)
     tools: list[int] = field(default_factory=list)
+    replies: list[int] = field(default_factory=list)  # the assistant messages
     units: list[_Unit] = field(default_factory=list)
     exchanges: list[_Exchange] = field(default_factory=list)
     protected_dropped: bool = False
@@ -213,6 +281,7 @@ class _Replay:
         self.users = [i for i in range(self._head_end(), n) if self.roles[i] == "user"]
         self.units = self._units(self.users)
         self.tools = [i for i in range(n) if self.roles[i] in TOOL_ROLES]
+        self.replies = [i for i in range(n) if self.roles[i] == "assistant"]
         self.exchanges = self._exchanges()
         self.marker_cost = max(self.count(dropped_marker(n)), self.policy.gap_tokens)
         self.empty_cost = self.count({"content": ""})
@@ -298,7 +367,9 @@ class _Replay:
 
     def _exchanges(self) -> list[_Exchange]:
         """The tool exchanges, in order. One whose results do not all follow it (or that holds a
-        protected tool) is never dropped: that would leave an orphan, or lose what cannot be fetched."""
+        protected tool) is never dropped: that would leave an orphan, or lose what cannot be fetched.
+        A system message after an exchange (agents send reminders every few steps) goes with it: left
+        behind, each would split the dropped stretch it stands in, and each piece get a marker."""
         n = len(self.messages)
         last_result: dict[int, int] = {}
         for i in self.tools:
@@ -314,6 +385,8 @@ class _Replay:
             while end < n and self.roles[end] in TOOL_ROLES:
                 end += 1
             results = range(i + 1, end)
+            while end < n and self.roles[end] in LEADING_ROLES:
+                end += 1
             droppable = (
                 last_result.get(i, i) < end
                 and all(self._call_of(j)[0] in (i, j) for j in results)
@@ -377,7 +450,13 @@ class _Replay:
         for what still does not fit. User messages and assistant answers are never touched."""
         budget, tools = self.budget, self.tools
         last = bisect.bisect_left(tools, end)
-        kept = tools[max(0, last - self.policy.keep_recent_tool_results) : last]
+        # Results after the request's last assistant message are fresh: the model has not read them
+        # yet. They are all kept, and capped only as far as the line needs, after older material.
+        reply = bisect.bisect_left(self.replies, end) - 1
+        fresh_from = bisect.bisect_right(tools, self.replies[reply]) if reply >= 0 else 0
+        kept = tools[max(0, min(last - self.policy.keep_recent_tool_results, fresh_from)) : last]
+        fresh = [i for i in kept if i >= tools[fresh_from]] if fresh_from < last else []
+        read = kept[: len(kept) - len(fresh)]
         first_kept = kept[0] if kept else end
         # Every older result at once, not just down to the target: the next calls then append to an
         # unchanged prefix for longer, and each move costs the cache only the results kept last time.
@@ -388,12 +467,14 @@ class _Replay:
                 self._truncate(i)
         if self.acc <= budget.limit:
             return
-        # A huge recent result is cut before older exchanges are given up for it.
+        # A huge recent result is cut before older exchanges are given up for it: one already read
+        # down to the target, a fresh one only down to the line.
         share = max(MIN_CAP_TOKENS, int(budget.target * KEPT_RESULT_SHARE))
-        for i in sorted(kept, key=lambda i: -self.costs[i]):
-            if self.acc <= budget.limit or self.costs[i] <= share:
-                break
-            self._cap(i, max(share, self.costs[i] - (self.acc - budget.target)))
+        for results, aim in ((read, budget.target), (fresh, budget.limit)):
+            for i in sorted(results, key=lambda i: -self.costs[i]):
+                if self.acc <= budget.limit or self.costs[i] <= share:
+                    break
+                self._cap(i, max(share, self.costs[i] - (self.acc - aim)))
         if self.acc <= budget.limit:
             return
         exchanges = self.exchanges
@@ -407,11 +488,17 @@ class _Replay:
             self.next_exchange += 1
             if exchange.droppable:
                 self._drop(exchange.start, exchange.end)
-        # Whatever is still over: the kept results, biggest first, down to what is left for them.
-        for i in sorted(kept, key=lambda i: -self.costs[i]):
-            if self.acc <= budget.limit:
-                break
-            self._cap(i, self.costs[i] - (self.acc - budget.target))
+        # Whatever is still over: the results already read, biggest first, down to what is left for
+        # them; then the fresh ones, only to the line.
+        for results, aim in ((read, budget.target), (fresh, budget.limit)):
+            for i in sorted(results, key=lambda i: -self.costs[i]):
+                if self.acc <= budget.limit:
+                    break
+                self._cap(i, self.costs[i] - (self.acc - aim))
+        # A fresh result capped before the drops gets back what they freed, up to the line.
+        for i in fresh:
+            if i in self.caps and self.acc < budget.limit:
+                self._cap(i, self.costs[i] + budget.limit - self.acc, grow=True)
 
     def _truncate(self, i: int) -> None:
         """Plan a note for tool result `i`. Building a note means finding the facts in the result, the
@@ -470,8 +557,9 @@ class _Replay:
                 self.memo.put(key, note)
         return note
 
-    def _cap(self, i: int, tokens: int) -> None:
-        """Cut kept tool result `i` to about `tokens`, keeping its head, tail and error lines."""
+    def _cap(self, i: int, tokens: int, *, grow: bool = False) -> None:
+        """Cut kept tool result `i` to about `tokens`, keeping its head, tail and error lines; with
+        `grow`, cut a capped result again from the whole, bigger (or not at all, if it all fits)."""
         message = self.messages[i]
         content = message.get("content")
         _, tool, _ = self._call_of(i)
@@ -485,21 +573,52 @@ class _Replay:
             return
         text = text_of(content)
         tokens = max(MIN_CAP_TOKENS, tokens)
-        if tokens >= self.costs[i] or not text:
+        whole = self.uncapped.get(i, self.costs[i])
+        if grow and tokens >= whole:
+            self.caps.pop(i, None)
+            self.acc += whole - self.costs[i]
+            self.costs[i] = whole
             return
-        chars = int(len(text) * tokens / max(1, self.costs[i]))
+        if (tokens >= self.costs[i] and not grow) or not text:
+            return
+        chars = int(len(text) * tokens / max(1, whole))
+        best: tuple[int, str] | None = None
         for _ in range(CAP_ROUNDS):
-            capped = cap_text(text, chars, tool=tool)
+            capped = self._cap_text(text, chars, tool)
             if capped is None:
-                return
+                break
             cost = self.count({**message, "content": capped})
             if cost <= tokens:
-                if cost < self.costs[i]:
-                    self.caps[i] = capped
-                    self.acc -= self.costs[i] - cost
-                    self.costs[i] = cost
-                return
-            chars = int(chars * tokens / cost * 0.95)
+                if best is None or cost > best[0]:
+                    best = (cost, capped)
+                if cost >= tokens * CAP_FILL:
+                    break
+                # `cap_text` keeps less than it is given when the cut part has few error lines.
+                grown = min(int(chars * tokens / max(1, cost) * 0.98), len(text) + CAP_NOTE_CHARS - 1)
+                if grown <= chars:
+                    break
+                chars = grown
+            else:
+                chars = int(chars * tokens / cost * 0.95)
+        if best is not None and (best[0] < self.costs[i] or (grow and best[0] > self.costs[i])):
+            cost, capped = best
+            self.uncapped.setdefault(i, whole)
+            self.caps[i] = capped
+            self.acc -= self.costs[i] - cost
+            self.costs[i] = cost
+
+    def _cap_text(self, text: str, chars: int, tool: str | None) -> str | None:
+        # A loop caps its latest results again at every call (the same text to the same size, as the
+        # replay makes the same decisions): memoised like the notes, by hash. `cap_text` is a pure
+        # function of this key, so the decisions never depend on the memo.
+        key = ("cap", hash(text), len(text), chars, tool)
+        memo = self.memo
+        capped = memo.get(key) if memo is not None else None
+        if capped is None:
+            capped = cap_text(text, chars, tool=tool) or ""
+            if memo is not None:
+                memo.put(key, capped)
+        return capped or None
 
     def _facts_fit(self, kept: str) -> bool:
         """Whether a note's facts section stays within what the plan costed it at."""
@@ -516,23 +635,72 @@ class _Replay:
             self.acc -= self.costs[i]
             self.acc += self.marker_cost * (1 - joins)
 
+    def _placements(self) -> list[Marker]:
+        """Each dropped run's marker, placed so that roles alternate around it: tool results and
+        system messages stand on the user's side."""
+        n, dropped, roles = len(self.messages), self.dropped, self.roles
+        placed: list[Marker] = []
+        i = 0
+        while i < n:
+            if not dropped[i]:
+                i += 1
+                continue
+            start = i
+            while i < n and dropped[i]:
+                i += 1
+            run = range(start, i)
+            text = text_of(dropped_marker(len(run)).get("content"))
+            # A run never starts the conversation: the first user request is never dropped.
+            prev = "assistant" if start > 0 and roles[start - 1] == "assistant" else "user"
+            nxt = None if i == n else "assistant" if roles[i] == "assistant" else "user"
+            calls = nxt == "assistant" and bool(self.messages[i].get("tool_calls"))
+            if prev == "user" and nxt != "assistant":
+                placed.append(Marker(run, text, "assistant"))
+            elif prev == "assistant" and nxt == "assistant" and not calls:
+                placed.append(Marker(run, text, "user"))
+            elif prev == "user":  # then an assistant message: no role fits both, the marker joins it
+                placed.append(Marker(run, text, None, into=i))
+            else:
+                # After an assistant message, before a user-side one or a tool-calls message (which
+                # strict templates such as Mistral's skip when they check roles, so a user marker
+                # there could meet the next user message): it joins the one before.
+                placed.append(Marker(run, text, None, into=start - 1))
+        return placed
+
     def _result(self, before: int) -> CompactionResult:
         out: list[Message] = []
         after = self.acc
-        run = 0
+        placed = self._placements()
+        standalone = {m.run.start: k for k, m in enumerate(placed) if m.into is None}
+        merged: dict[int, list[int]] = {}
+        for k, m in enumerate(placed):
+            if m.into is not None:
+                merged.setdefault(m.into, []).append(k)
         for i, message in enumerate(self.messages):
+            if i in standalone:
+                k = standalone[i]
+                marker_message = {"role": placed[k].role, "content": placed[k].text}
+                placed[k] = replace(placed[k], position=len(out))
+                out.append(marker_message)
+                after += self.count(marker_message) - self.marker_cost  # the real marker, not its reserve
             if self.dropped[i]:
-                run += 1
                 continue
-            if run:
-                out.append(marker := dropped_marker(run))
-                after += self.count(marker) - self.marker_cost  # the real marker, not its reserve
-                run = 0
             content = self.notes.get(i, self.caps.get(i))
-            out.append(message if content is None else {**message, "content": content})
-        if run:
-            out.append(marker := dropped_marker(run))
-            after += self.count(marker) - self.marker_cost
+            kept = message if content is None else {**message, "content": content}
+            if i in merged:
+                into = [placed[k] for k in merged[i]]
+                kept = {
+                    **kept,
+                    "content": merged_content(
+                        kept.get("content"),
+                        [m.text for m in into if m.merged_before],
+                        [m.text for m in into if not m.merged_before],
+                    ),
+                }
+                for k in merged[i]:
+                    placed[k] = replace(placed[k], position=len(out))
+                after += self.count(kept) - self.costs[i] - self.marker_cost * len(into)
+            out.append(kept)
         protected_from = self._protected_start(self.users, len(self.messages))
         window = self.budget.window
         if window is not None and after > self.budget.limit and (after > window or before <= window):
@@ -560,6 +728,7 @@ class _Replay:
             overflow=after > self.budget.limit,
             capped=tuple(sorted(i for i in self.caps if not self.dropped[i] and i not in self.notes)),
             protected_from=protected_from,
+            markers=tuple(placed),
         )
 
     def _oversized(self) -> tuple[int, int] | None:

@@ -8,6 +8,7 @@ gigabytes) and forward it decoded; an encoding the proxy cannot read is answered
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 
 from proxy.errors import ProxyError
 
@@ -57,3 +58,43 @@ def _inflate(data: bytes, coding: str, limit: int) -> bytes:
             400, f"The request body is not valid {coding} data: {exc}.", code="invalid_content_encoding"
         ) from None
     return out
+
+
+class Inflater:
+    """Incremental decoding of an upstream body's `Content-Encoding`, in pieces of at most `piece`
+    bytes however much one compressed read expands to (a gzip bomb is a few KB that inflate to GBs),
+    so whoever reads it can stop at its own bound. Only gzip and deflate (what the proxy's own
+    requests accept); anything else raises `ValueError`."""
+
+    def __init__(self, content_encoding: str | None, *, piece: int = 1 << 20) -> None:
+        codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+        codings = [c for c in codings if c != "identity"]
+        if len(codings) > 1 or (codings and codings[0] not in _WBITS):
+            raise ValueError(f"unsupported Content-Encoding {content_encoding!r}")
+        self.coding = codings[0] if codings else None
+        self.piece = piece
+        self._inflater = zlib.decompressobj(_WBITS[self.coding]) if self.coding else None
+        self._started = False
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        if self._inflater is None:
+            yield data
+            return
+        try:
+            out = self._inflater.decompress(data, self.piece)
+        except zlib.error:
+            if self.coding != "deflate" or self._started:
+                raise ValueError("the upstream's compressed body is corrupt") from None
+            self._inflater = zlib.decompressobj(-zlib.MAX_WBITS)  # raw deflate, without zlib's header
+            out = self._inflater.decompress(data, self.piece)
+        self._started = True
+        while True:
+            if out:
+                yield out
+            tail = self._inflater.unconsumed_tail
+            if not tail:
+                return
+            try:
+                out = self._inflater.decompress(tail, self.piece)
+            except zlib.error:
+                raise ValueError("the upstream's compressed body is corrupt") from None

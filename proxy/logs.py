@@ -13,8 +13,43 @@ import time
 from typing import Any
 
 import orjson
+import uvicorn.logging
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+# Control characters (line breaks above all) in what a line shows, as escapes: a client's value
+# (a model name, a decoded path) must not start a forged line of its own in a text log.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85) if c != 0x09}
+_ESCAPES |= {0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def one_line(text: str) -> str:
+    return text.translate(_ESCAPES)
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, one line per record whatever its message holds (a traceback still follows)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return one_line(super().formatMessage(record))
+
+
+class AccessFormatter(uvicorn.logging.AccessFormatter):
+    """uvicorn's access line, which shows the decoded path, kept to one line."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return one_line(super().formatMessage(record))
+
+
+class QuietBrokenStreams(logging.Filter):
+    """Drops uvicorn's traceback for a response the proxy aborted because the upstream broke off
+    its body: that was logged once already, as a warning, where it happened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from proxy.upstream import StreamBroken
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, StreamBroken)
 
 
 class RequestIdFilter(logging.Filter):
@@ -45,11 +80,11 @@ def log_config(level: str = "info", fmt: str = "text") -> dict[str, Any]:
     level = level.upper()
     text = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
     formatters: dict[str, Any] = {
-        "default": {"()": JsonFormatter} if fmt == "json" else {"format": text},
+        "default": {"()": JsonFormatter} if fmt == "json" else {"()": TextFormatter, "format": text},
         "access": {"()": JsonFormatter}
         if fmt == "json"
         else {
-            "()": "uvicorn.logging.AccessFormatter",
+            "()": AccessFormatter,
             "fmt": '%(asctime)s %(levelname)s access [%(request_id)s] %(client_addr)s "%(request_line)s" '
             "%(status_code)s",
         },
@@ -57,13 +92,13 @@ def log_config(level: str = "info", fmt: str = "text") -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"request_id": {"()": RequestIdFilter}},
+        "filters": {"request_id": {"()": RequestIdFilter}, "broken_streams": {"()": QuietBrokenStreams}},
         "formatters": formatters,
         "handlers": {
             "default": {
                 "class": "logging.StreamHandler",
                 "formatter": "default",
-                "filters": ["request_id"],
+                "filters": ["request_id", "broken_streams"],
                 "stream": "ext://sys.stderr",
             },
             "access": {

@@ -6,6 +6,8 @@ or anything else a client chooses, so a hostile client cannot blow up the series
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from proxy.compaction import CompactionResult
@@ -85,6 +87,12 @@ class Metrics:
             "Chat answers whose reported prompt size shows the upstream cut the prompt silently.",
             registry=r,
         )
+        self.table_entries = Gauge(
+            "compacting_proxy_table_entries",
+            "Entries in the proxy's bounded tables keyed by client input (model names, paths).",
+            ["table"],
+            registry=r,
+        )
         self.summaries = Counter(
             "compacting_proxy_summaries", "Summaries of dropped exchanges, by source.", ["source"], registry=r
         )
@@ -104,6 +112,10 @@ class Metrics:
             ):
                 if inside := len(result.inside_protected(indices)):
                     self.loop_messages.labels(action).inc(inside)
+
+    def watch_table(self, name: str, size: Callable[[], int]) -> None:
+        """Report `size()` as the entries of the table `name` whenever metrics are read."""
+        self.table_entries.labels(name).set_function(lambda: float(size()))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

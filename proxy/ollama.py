@@ -21,14 +21,14 @@ from collections.abc import Callable, Sequence
 import httpx
 import orjson
 
+from proxy.cache import ModelTable
 from proxy.ollama_bridge import OllamaBridge, to_ollama_chat
-from proxy.probes import PROBE_TIMEOUT, fetch_json, ollama_model_info
+from proxy.probes import fetch, fetch_json, ollama_model_info, short
 from proxy.settings import Settings
 
 log = logging.getLogger("proxy.ollama")
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
-MAX_UNKNOWN_MODELS = 1024
 
 
 def _auth(headers: RawHeaders) -> list[tuple[bytes, bytes]]:
@@ -54,11 +54,13 @@ class OllamaUpstream:
         self.root_url = settings.upstream_url.rstrip("/").removesuffix("/v1")
         self.refresh = refresh
         self.clock = clock
-        self._kind: bool | None = {"ollama": True, "openai": False}.get(settings.upstream_kind)
+        self._kind: bool | None = {"ollama": True, "openai": False, "anthropic": False}.get(
+            settings.upstream_kind
+        )
         self._kind_retry = 0.0
         self._asking = asyncio.Lock()
-        self._windows: dict[str, int] = {}
-        self._window_retry: dict[str, float] = {}
+        self._windows: ModelTable[int] = ModelTable()
+        self._window_retry: ModelTable[float] = ModelTable()
 
     async def is_ollama(self, headers: RawHeaders = ()) -> bool:
         if self._kind is None and self.clock() >= self._kind_retry:
@@ -68,16 +70,13 @@ class OllamaUpstream:
         return bool(self._kind)
 
     async def _ask_kind(self, headers: RawHeaders) -> None:
-        try:
-            response = await self.client.get(
-                f"{self.root_url}/api/version", headers=_auth(headers), timeout=PROBE_TIMEOUT
-            )
-        except httpx.HTTPError as exc:  # no answer (yet): not Ollama for now, asked again later
-            log.warning("could not ask the upstream whether it is Ollama: %s", type(exc).__name__)
+        answer = await fetch(self.client, "GET", f"{self.root_url}/api/version", _auth(headers))
+        if answer is None:  # no answer (yet): not Ollama for now, asked again later
+            log.warning("could not ask the upstream whether it is Ollama")
             self._kind_retry = self.clock() + self.refresh
             return
         try:
-            version = orjson.loads(response.content).get("version") if response.status_code == 200 else None
+            version = orjson.loads(answer[1]).get("version") if answer[0] == 200 else None
         except (orjson.JSONDecodeError, AttributeError):
             version = None
         self._kind = isinstance(version, str)
@@ -101,21 +100,21 @@ class OllamaUpstream:
     async def num_ctx(self, model: str, headers: RawHeaders = ()) -> int:
         """The window `model` runs at when the proxy sends it: chosen once, then kept (only models
         Ollama has are kept, so the table stays as small as its model list)."""
-        if model in self._windows:
-            return self._windows[model]
+        if (known := self._windows.get(model)) is not None:
+            return known
         configured = self.settings.window_for(model)
         if not configured.auto:
             return configured.window
-        if self.clock() < self._window_retry.get(model, 0.0):
+        if self.clock() < (self._window_retry.get(model) or 0.0):
             return min(configured.window, self.settings.ollama_max_num_ctx)
         show = await fetch_json(
             self.client, "POST", f"{self.root_url}/api/show", _auth(headers), {"model": model}
         )
         info = ollama_model_info(show)
         if info is None:
-            log.warning("Ollama gave no window for model %r; num_ctx %d for now", model, configured.window)
-            if len(self._window_retry) >= MAX_UNKNOWN_MODELS:  # names come from clients: stay bounded
-                self._window_retry.clear()
+            log.warning(
+                "Ollama gave no window for model %r; num_ctx %d for now", short(model), configured.window
+            )
             self._window_retry[model] = self.clock() + self.refresh
             return min(configured.window, self.settings.ollama_max_num_ctx)
         if info.num_ctx:  # Ollama never runs a model past its trained length
@@ -124,6 +123,6 @@ class OllamaUpstream:
             trained = info.trained or configured.window
             window = min(trained, self.settings.ollama_max_num_ctx)
             why = f"trained for {trained}, COMPACT_OLLAMA_MAX_NUM_CTX {self.settings.ollama_max_num_ctx}"
-        log.info("Ollama model %r runs with num_ctx %d (%s)", model, window, why)
+        log.info("Ollama model %r runs with num_ctx %d (%s)", short(model), window, why)
         self._windows[model] = window
         return window

@@ -7,6 +7,7 @@ a non-streamed answer then carries `x-compaction-upstream-truncated` (a stream's
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -19,12 +20,13 @@ from proxy.errors import error_body
 from proxy.metrics import Metrics
 from proxy.ollama_bridge import OllamaBridge, SseTranslator, chat_completion, completion_id, error_from_ollama
 from proxy.planner import Truncation
-from proxy.upstream import map_transport_errors
+from proxy.upstream import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
 
 log = logging.getLogger("proxy.ollama")
 
 Learn = Callable[[int | None], Truncation | None]
 TRUNCATED_HEADER = "x-compaction-upstream-truncated"
+MAX_LINE_BYTES = 16 * 1024 * 1024  # one NDJSON event: a chunk of a reply, never megabytes
 
 
 async def relay_from_ollama(
@@ -37,9 +39,13 @@ async def relay_from_ollama(
         )
     try:
         with map_transport_errors():
-            content = await response.aread()
-    finally:
-        await response.aclose()
+            content = await read_decoded(response, MAX_ANSWER_BYTES)
+    except ValueError as exc:  # too large, or a coding the proxy cannot undo
+        log.warning("Ollama's answer could not be read: %s", exc)
+        body = error_body(
+            "The upstream's answer could not be read.", type="upstream_error", code="bad_upstream_answer"
+        )
+        return Response(body, status_code=502, media_type="application/json", headers=headers)
     if not response.is_success:
         return Response(
             error_from_ollama(response.status_code, content),
@@ -87,10 +93,10 @@ class _SseResponse(StreamingResponse):
         self, response: httpx.Response, translator: SseTranslator, learn: Learn
     ) -> AsyncIterator[bytes]:
         try:
-            async for line in response.aiter_lines():
-                if events := translator.line(line.encode()):
+            async for line in decoded_lines(response, MAX_LINE_BYTES):
+                if events := translator.line(line):
                     yield events
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ValueError) as exc:  # broken off, a line past the bound, bad coding
             log.warning("upstream stream failed after the response began: %s: %s", type(exc).__name__, exc)
             self.metrics.upstream_errors.labels("stream_broken").inc()
         if translator.done:
@@ -104,5 +110,6 @@ class _SseResponse(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self.upstream.aclose()
+            with contextlib.suppress(httpx.HTTPError):
+                await self.upstream.aclose()
             self.metrics.streams_open.dec()

@@ -10,14 +10,18 @@ compacted for the window the upstream really used.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+import sys
+import threading
+import time
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from proxy.cache import LruCache
+from proxy.cache import LruCache, ModelTable
 from proxy.calibration import Calibrator, truncated_window
-from proxy.chat import Body, ChatPlan, plan_chat, validated_messages
+from proxy.chat import Body, ChatPlan, estimate_margin, plan_chat, text_size, validated_messages
 from proxy.compaction import Policy
 from proxy.metrics import Metrics
 from proxy.overflow import Overflow
@@ -30,6 +34,11 @@ log = logging.getLogger("proxy")
 SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
 NOTE_MEMO_SIZE = 4096
+# Requests with this much message text are planned in a worker thread: a first plan of it takes about
+# 50 ms here, a warm one 5 ms, so the hop (0.1-0.3 ms) is a few percent of it; smaller requests stay on
+# the loop, where the hop would cost more than it frees (`benchmarks/bench_planning.py`).
+OFFLOAD_CHARS = 500_000
+OFFLOAD_SWITCH_INTERVAL = 0.0005  # seconds
 
 
 @lru_cache(maxsize=16)
@@ -55,6 +64,25 @@ def check_tokenizers(settings: Settings) -> None:
             text_counter(spec)
         except (ValueError, RuntimeError) as exc:
             raise ValueError(f"COMPACT_TOKENIZER={spec}: {exc}") from None
+
+
+class LockedMemo:
+    """A note memo safe to share between the event loop and worker threads (held for a lookup)."""
+
+    def __init__(self, memo: LruCache) -> None:
+        self.memo = memo
+        self.lock = threading.Lock()
+
+    def get(self, key: Hashable) -> str | None:
+        with self.lock:
+            return self.memo.get(key)
+
+    def put(self, key: Hashable, value: str) -> None:
+        with self.lock:
+            self.memo.put(key, value)
+
+    def __len__(self) -> int:
+        return len(self.memo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +117,12 @@ class Planner:
         self.metrics = metrics
         # The window the upstream was seen cutting at, per model and per window the request set (for
         # Ollama, a request without `num_ctx` runs at its default, one with it at that size).
-        self.seen_windows: dict[tuple[str, int | None], int] = {}
-        self.notes = LruCache(NOTE_MEMO_SIZE)  # written notes, reused as the chat resends old results
+        self.seen_windows: ModelTable[int] = ModelTable()
+        # Written notes, reused as the chat resends old results; shared with plans in worker threads.
+        self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE))
+        self._no_exact_until = 0.0
+        self._offloaded = 0  # plans running in worker threads now
+        self._switch_interval = sys.getswitchinterval()
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
         self.policy = Policy(
@@ -102,7 +134,8 @@ class Planner:
         if window.auto and self.detector:
             detected = await self.detector.window(model, headers)
             if detected:
-                window = replace(window, window=detected.tokens)
+                stops = detected.source.startswith(("llama.cpp", "ollama"))
+                window = replace(window, window=detected.tokens, stops_at_end=stops)
         return window
 
     def counter(self, spec: str, factor: float = 1.0) -> RequestCounter:
@@ -118,25 +151,104 @@ class Planner:
         model = str(body.get("model") or "")
         # A window the request sets needs no asking.
         window = self.settings.window_for(model) if window_tokens else await self.window(model, headers)
-        if window_tokens:
-            window = replace(window, window=window_tokens, requested=window_tokens)
+        if window_tokens:  # Ollama: it stops a reply at the window's end
+            window = replace(window, window=window_tokens, requested=window_tokens, stops_at_end=True)
+        elif self.settings.upstream_kind == "ollama":
+            window = replace(window, stops_at_end=True)
         if (seen := self.seen_windows.get((model, window.requested))) and seen < window.window:
             window = replace(window, window=seen)
         estimate = "chars4" if window.tokenizer == "chars4" else "estimate"
         factor = self.calibrator.factor(model)
-        plan = self._plan(body, messages, window, estimate, factor)
+        size = text_size(messages)
+        offload = size.chars >= OFFLOAD_CHARS
+        # The estimate's measured error for this kind of text: judged against the window less it.
+        margin = (
+            estimate_margin(size, calibrated=self.calibrator.calibrated(model))
+            if estimate == "estimate"
+            else 0.0
+        )
+        plan = await self._planned(offload, body, messages, window, estimate, factor, margin)
         near = plan.result.tokens_before >= self.settings.exact_count_from * plan.budget.limit
         if window.tokenizer == estimate or not near:
+            if window.tokenizer == "estimate" and plan.result.over_window:
+                return await self._before_refusing(body, messages, window, plan, headers, offload, margin)
             return plan
         if window.tokenizer != "upstream":
-            return self._plan(body, messages, window, window.tokenizer, 1.0)
+            return await self._planned(offload, body, messages, window, window.tokenizer, 1.0)
         exact = await self.exact.count(body, headers) if self.exact else None
         if not exact:
             return plan
         raw = plan.result.tokens_before / factor
         self.calibrator.observe(model, round(raw), exact)
-        plan = self._plan(body, messages, window, "estimate", exact / raw)
+        plan = await self._planned(offload, body, messages, window, "estimate", exact / raw)
         return replace(await self._recount(body, plan, headers), counted_by="upstream")
+
+    async def _before_refusing(
+        self,
+        body: Body,
+        messages: list[dict[str, object]],
+        window: ModelWindow,
+        plan: ChatPlan,
+        headers: Sequence[tuple[bytes, bytes]],
+        offload: bool,
+        margin: float,
+    ) -> ChatPlan:
+        """An estimate that says "over the window" is counted exactly before the request is refused:
+        with the upstream's own count where it has one (vLLM's and llama.cpp's `/tokenize`). Where it
+        has none, the request is refused only if it is over the window even if the estimate
+        overcounts it by the margin; else it goes on compacted as far as it fits within half the
+        margin, or as it came, and the upstream judges it."""
+        exact = await self._upstream_count(body, headers)
+        if exact:
+            raw = plan.result.tokens_before / plan.factor
+            self.calibrator.observe(plan.model, round(raw), exact)
+            counted = await self._planned(offload, body, messages, window, "estimate", exact / raw)
+            return replace(await self._recount(body, counted, headers), counted_by="upstream")
+        lenient = await self._planned(offload, body, messages, window, "estimate", plan.factor / (1 + margin))
+        if lenient.result.over_window:
+            return plan  # over the window even if the estimate overcounts it: refused
+        # It may fit: compacted as far as it can be within half the margin, else forwarded as it came
+        # (the upstream judges it and says so in its own words).
+        half = await self._planned(offload, body, messages, window, "estimate", plan.factor, margin / 2)
+        return half if not half.result.over_window and half.result.changed else lenient
+
+    async def _upstream_count(self, body: Body, headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+        """The upstream's exact count of a request, None where it has no `/tokenize` (remembered for
+        `window_refresh` seconds, so a server without one is asked again only that often)."""
+        if self.exact is None or time.monotonic() < self._no_exact_until:
+            return None
+        exact = await self.exact.count(body, headers)
+        if not exact:
+            self._no_exact_until = time.monotonic() + self.settings.window_refresh
+        return exact
+
+    async def _planned(
+        self,
+        offload: bool,
+        body: Body,
+        messages: list[dict[str, object]],
+        window: ModelWindow,
+        spec: str,
+        factor: float,
+        margin: float = 0.0,
+    ) -> ChatPlan:
+        """`_plan`, in a worker thread for a large request: compacting a big history is CPU work
+        that would otherwise keep every other client of this process waiting."""
+        if not offload:
+            return self._plan(body, messages, window, spec, factor, margin)
+        # The worker holds the GIL while it plans; the event loop gets it back only every switch
+        # interval, after each socket call of another client's request: a shorter one while a plan
+        # runs keeps those requests quick (5 ms, Python's default, added up to 50 ms per /healthz).
+        if self._offloaded == 0:
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(OFFLOAD_SWITCH_INTERVAL)
+        self._offloaded += 1
+        try:
+            return await asyncio.to_thread(self._plan, body, messages, window, spec, factor, margin)
+        finally:
+            self._offloaded -= 1
+            if self._offloaded == 0:
+                sys.setswitchinterval(self._switch_interval)
 
     def counter_for(self, plan: ChatPlan, factor: float | None = None) -> RequestCounter:
         """The counter `plan` was counted with (the upstream's count scales the estimate)."""
@@ -173,7 +285,13 @@ class Planner:
         return harder
 
     def _plan(
-        self, body: Body, messages: list[dict[str, object]], window: ModelWindow, spec: str, factor: float
+        self,
+        body: Body,
+        messages: list[dict[str, object]],
+        window: ModelWindow,
+        spec: str,
+        factor: float,
+        margin: float = 0.0,
     ) -> ChatPlan:
         counter = self.counter(spec, factor)
         plan = plan_chat(
@@ -182,10 +300,18 @@ class Planner:
             window,
             counter,
             self.policy,
-            clamp=self.settings.clamp_max_tokens,
+            clamp=self._clamps(window),
             memo=self.notes,
+            margin=margin,
         )
         return replace(plan, counted_by=spec)
+
+    def _clamps(self, window: ModelWindow) -> bool:
+        """Whether a reply limit that does not fit beside the prompt is lowered: by default for every
+        server but those that end a reply at the window's end anyway (vLLM and OpenAI refuse
+        prompt + `max_tokens` over the window)."""
+        setting = self.settings.clamp_max_tokens
+        return not window.stops_at_end if setting == "auto" else setting
 
     def learn(self, plan: ChatPlan, reported: int | None) -> None:
         """Feed the upstream's count of the prompt it received back into the calibration."""
@@ -228,5 +354,5 @@ class Planner:
         if self.metrics:
             self.metrics.upstream_truncations.inc()
         key = (plan.model, plan.window.requested)
-        self.seen_windows[key] = min(window, self.seen_windows.get(key, window))
+        self.seen_windows[key] = min(window, self.seen_windows.get(key) or window)
         return Truncation(plan.model, sent, reported, window)

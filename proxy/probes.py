@@ -21,9 +21,15 @@ from typing import Any
 import httpx
 import orjson
 
+from proxy.cache import ModelTable
+from proxy.upstream import AnswerTooLarge, read_decoded
+
 log = logging.getLogger("proxy.probes")
 
 PROBE_TIMEOUT = httpx.Timeout(5.0)
+# The most of a probe's answer read, once decoded: Ollama's `/api/show` with its template and license,
+# or a router's whole model list, are well under it; a hostile upstream's gzip bomb is cut at it.
+MAX_PROBE_BYTES = 16 * 1024 * 1024
 MODEL_LENGTH_FIELDS = (
     "max_model_len",
     "loaded_context_length",
@@ -119,23 +125,45 @@ def window_from_ollama_show(payload: Any) -> DetectedWindow | None:
     return DetectedWindow(tokens, "ollama default context (its smallest; /api/show has no num_ctx)")
 
 
+async def fetch(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    headers: Sequence[tuple[bytes, bytes]],
+    content: bytes | None = None,
+    *,
+    timeout: httpx.Timeout | float = PROBE_TIMEOUT,
+    limit: int = MAX_PROBE_BYTES,
+) -> tuple[int, bytes] | None:
+    """The status and the decoded body of an answer to one of the proxy's own requests, read within
+    `limit` bytes, compressed or not; None when there is no answer or it is too large to read."""
+    try:
+        request = client.build_request(method, url, headers=list(headers), content=content, timeout=timeout)
+        response = await client.send(request, stream=True)
+        return response.status_code, await read_decoded(response, limit)
+    except AnswerTooLarge as exc:
+        log.warning("the upstream's answer to %s %s was too large: %s", method, httpx.URL(url).path, exc)
+        return None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
 async def fetch_json(
     client: httpx.AsyncClient, method: str, url: str, headers: Sequence[tuple[bytes, bytes]], body: Any = None
 ) -> Any:
     """The JSON of a 200 answer, or None for anything else: no answer, another status, not JSON."""
-    try:
-        content = orjson.dumps(body) if body is not None else None
-        response = await client.request(
-            method, url, headers=list(headers), content=content, timeout=PROBE_TIMEOUT
-        )
-    except httpx.HTTPError:
-        return None
-    if response.status_code != 200:
+    answer = await fetch(client, method, url, headers, orjson.dumps(body) if body is not None else None)
+    if answer is None or answer[0] != 200:
         return None
     try:
-        return orjson.loads(response.content)
+        return orjson.loads(answer[1])
     except orjson.JSONDecodeError:
         return None
+
+
+def short(name: str, limit: int = 200) -> str:
+    """A client's name as a log line shows it: its head, when it is long."""
+    return name if len(name) <= limit else f"{name[:limit]}... ({len(name)} chars)"
 
 
 class WindowDetector:
@@ -154,7 +182,7 @@ class WindowDetector:
         self.root_url = self.base_url.removesuffix("/v1")
         self.refresh = refresh
         self.clock = clock
-        self._cache: dict[str, tuple[float, DetectedWindow | None]] = {}
+        self._cache: ModelTable[tuple[float, DetectedWindow | None]] = ModelTable()
         self._pending: dict[str, asyncio.Future[DetectedWindow | None]] = {}
 
     async def window(self, model: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> DetectedWindow | None:
@@ -168,14 +196,18 @@ class WindowDetector:
         try:
             detected = await self._detect(model, headers)
         except Exception as exc:  # detection must never fail a request
-            log.warning("window detection for %r failed: %s", model, exc)
+            log.warning("window detection for %r failed: %s", short(model), exc)
             detected = None
         finally:
             del self._pending[model]
         if detected and (not cached or cached[1] != detected):
-            log.info("detected window for model %r: %d tokens (%s)", model, detected.tokens, detected.source)
+            log.info(
+                "detected window for model %r: %d tokens (%s)", short(model), detected.tokens, detected.source
+            )
         elif detected is None and (not cached or cached[1] is not None):
-            log.warning("could not detect the window of model %r; using the configured fallback", model)
+            log.warning(
+                "could not detect the window of model %r; using the configured fallback", short(model)
+            )
         self._cache[model] = (self.clock() + self.refresh, detected)
         future.set_result(detected)
         return detected

@@ -18,6 +18,7 @@ from pydantic import (
     PositiveInt,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -71,6 +72,7 @@ class ModelWindow:
     keep_recent_tool_results: int = 3
     auto: bool = False
     requested: int | None = None  # the window the request set itself (Ollama's `num_ctx`)
+    stops_at_end: bool = False  # the server ends a reply at the window's end (llama.cpp, Ollama)
 
 
 class Settings(BaseSettings):
@@ -81,7 +83,7 @@ class Settings(BaseSettings):
     upstream_url: str = "http://localhost:11434/v1"
     upstream_api_key: SecretStr | None = None
 
-    upstream_kind: Literal["auto", "ollama", "openai"] = "auto"
+    upstream_kind: Literal["auto", "ollama", "openai", "anthropic"] = "auto"
     ollama_num_ctx: bool = True
     ollama_max_num_ctx: int = Field(default=32768, gt=0)
 
@@ -91,7 +93,7 @@ class Settings(BaseSettings):
     tokenizer: str = "estimate"
     exact_count_from: float = Field(default=0.5, ge=0)
     calibrate: bool = True
-    clamp_max_tokens: bool = False
+    clamp_max_tokens: bool | Literal["auto"] = "auto"
     threshold: float = Field(default=0.8, gt=0, le=1)
     target: float = Field(default=0.6, gt=0, le=1)
     keep_recent_turns: int = Field(default=2, ge=1)
@@ -127,6 +129,13 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=512, ge=1)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    # Slow clients (read by `proxy.protocol` in every worker): seconds to a complete request head,
+    # seconds a request body may send nothing, seconds a kept-alive connection may idle, and the
+    # most client connections open at once.
+    header_timeout: float = Field(default=10.0, gt=0)
+    body_timeout: float = Field(default=30.0, gt=0)
+    keep_alive_timeout: float = Field(default=5.0, gt=0)
+    max_client_connections: int = Field(default=1000, ge=1)
 
     @field_validator("upstream_url", "summary_url")
     @classmethod
@@ -165,9 +174,13 @@ class Settings(BaseSettings):
 
     @field_validator("protected_tools", "api_keys", mode="before")
     @classmethod
-    def _parse_names(cls, value: Any) -> Any:
+    def _parse_names(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
-            return tuple(filter(None, (part.strip() for part in value.split(","))))
+            names = tuple(filter(None, (part.strip() for part in value.split(","))))
+            if info.field_name == "api_keys" and value and not names:
+                # Set but holding no key: starting with auth off would be a silent open relay.
+                raise ValueError(f"holds no key ({value!r}): give comma-separated keys, or unset it")
+            return names
         return value
 
     @model_validator(mode="after")

@@ -18,10 +18,15 @@ import orjson
 
 from proxy.cache import SummaryCache
 from proxy.chat import ChatPlan
-from proxy.summary import Chunk, chunks, marker_positions, summary_message, summary_request
+from proxy.compaction import with_marker_texts
+from proxy.probes import fetch
+from proxy.summary import Chunk, chunks, summary_message, summary_request
 from proxy.tokens import RequestCounter
 
 log = logging.getLogger("proxy.summarizer")
+
+# A summary is at most `COMPACT_SUMMARY_TOKENS` long: an answer far larger is not one.
+MAX_SUMMARY_ANSWER_BYTES = 4 * 1024 * 1024
 
 
 class SummaryFailed(Exception):
@@ -57,10 +62,10 @@ class Summarizer:
     ) -> ChatPlan:
         """`plan` with each dropped run's marker replaced by a summary, where one can be had."""
         result = plan.result
-        out = list(result.messages)
         after = result.tokens_after
         done = 0
-        for run, position in zip(result.runs, marker_positions(result.messages), strict=False):
+        for k, marker in enumerate(plan.result.markers):
+            run, position = marker.run, marker.position
             model = self.model or plan.model
             try:
                 text = await asyncio.wait_for(
@@ -71,17 +76,19 @@ class Summarizer:
                     "summary of %d dropped messages failed (%s); dropping them instead", len(run), exc
                 )
                 continue
-            replacement = summary_message(text, len(run))
-            grown = after - counter.message(out[position]) + counter.message(replacement)
+            # The summary stands where the marker did: its own message, or merged into a neighbour.
+            summarized = with_marker_texts(result, {k: summary_message(text, len(run))["content"]}, messages)
+            replacement = summarized.messages[position]
+            grown = after - counter.message(result.messages[position]) + counter.message(replacement)
             if grown > plan.budget.limit:
                 log.warning(
                     "a summary of %d messages did not fit under the line; dropping them instead", len(run)
                 )
                 continue
-            out[position], after, done = replacement, grown, done + 1
+            result, after, done = summarized, grown, done + 1
         if not done:
             return plan
-        return replace(plan, result=replace(result, messages=out, tokens_after=after), summarized=done)
+        return replace(plan, result=replace(result, tokens_after=after), summarized=done)
 
     async def summarize(
         self, run: Sequence[dict[str, Any]], model: str, headers: Sequence[tuple[bytes, bytes]]
@@ -123,16 +130,21 @@ class Summarizer:
         self.calls += 1
         body = summary_request(transcript, previous, model=model, max_tokens=self.max_tokens)
         auth = [(k, v) for k, v in headers if k.lower() == b"authorization"]
-        response = await self.client.post(
+        answer = await fetch(
+            self.client,
+            "POST",
             self.url,
-            content=orjson.dumps(body),
-            headers=[(b"content-type", b"application/json"), *auth],
+            [(b"content-type", b"application/json"), *auth],
+            orjson.dumps(body),
             timeout=self.timeout,
+            limit=MAX_SUMMARY_ANSWER_BYTES,
         )
-        if response.status_code != 200:
-            raise SummaryFailed(f"the summariser answered {response.status_code}")
+        if answer is None:
+            raise SummaryFailed("the summariser did not answer, or its answer was too large")
+        if answer[0] != 200:
+            raise SummaryFailed(f"the summariser answered {answer[0]}")
         try:
-            text = orjson.loads(response.content)["choices"][0]["message"]["content"]
+            text = orjson.loads(answer[1])["choices"][0]["message"]["content"]
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
             raise SummaryFailed(f"unreadable summary response: {exc}") from None
         if not isinstance(text, str) or not text.strip():

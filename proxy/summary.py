@@ -10,7 +10,8 @@ earlier chunks are found in the cache and only the new part costs a call.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,18 @@ class Chunk:
 
 
 def message_hash(message: dict[str, Any]) -> bytes:
-    return hashlib.sha256(orjson.dumps(message, option=orjson.OPT_SORT_KEYS)).digest()
+    try:
+        encoded = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # integers beyond 64 bits, nesting past orjson's 255 levels, lone surrogates
+        encoded = json.dumps(message, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).digest()
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    function = call.get("function")
+    if not isinstance(function, dict):  # a client's odd shape is shown, not trusted
+        return json_text(function)
+    return f"{function.get('name')}({function.get('arguments')})"
 
 
 def render(message: dict[str, Any]) -> str:
@@ -53,11 +65,7 @@ def render(message: dict[str, Any]) -> str:
         return f"tool result ({name}): {cut}"
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls:
-        rendered = ", ".join(
-            f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments')})"
-            for c in calls
-            if isinstance(c, dict)
-        )
+        rendered = ", ".join(_call_text(c) for c in calls if isinstance(c, dict))
         return f"{role}: {text} [called {rendered}]".replace(":  [", ": [")
     return f"{role}: {text}" if text else f"{role}: {json_text(message.get('content'))}"
 
@@ -100,7 +108,3 @@ def summary_request(transcript: str, previous: str | None, *, model: str, max_to
 
 def summary_message(summary: str, count: int) -> dict[str, Any]:
     return {"role": "assistant", "content": f"{SUMMARY_PREFIX} {count} messages]\n{summary.strip()}"}
-
-
-def marker_positions(messages: Sequence[dict[str, Any]]) -> Iterator[int]:
-    return (i for i, m in enumerate(messages) if is_dropped_marker(m))

@@ -8,6 +8,7 @@ reported `usage` scales every count (see `calibration.py`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -51,7 +52,9 @@ class MemoTextCounter:
         if tokens is None:
             tokens = self.count_text(text)
             if len(memo) >= self.size:
-                del memo[next(iter(memo))]
+                # Plans of large requests run in worker threads: another may evict the same entry.
+                with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                    del memo[next(iter(memo))]
         memo[key] = tokens
         return tokens
 

@@ -16,8 +16,37 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX
+from proxy.summary import SUMMARY_PREFIX
 
 Item = dict[str, Any]
+MARKS = (DROPPED_PREFIX, SUMMARY_PREFIX)
+
+
+def _marks(text: Any) -> bool:
+    return isinstance(text, str) and text.startswith(MARKS)
+
+
+def is_marker_item(item: Item) -> bool:
+    """A dropped-run marker (or its summary) standing as its own item, in any role and shape: a
+    string content, or parts/blocks that are all marker text."""
+    content = item.get("content")
+    if isinstance(content, list):
+        return bool(content) and all(isinstance(p, dict) and _marks(p.get("text")) for p in content)
+    return _marks(content)
+
+
+def unmerged(item: Item) -> Item:
+    """`item` without the marker texts merged into it (text blocks or parts, or paragraphs of a
+    string content); as it is when none was."""
+    content = item.get("content")
+    if isinstance(content, list):
+        kept = [p for p in content if not (isinstance(p, dict) and _marks(p.get("text")))]
+        return item if len(kept) == len(content) else {**item, "content": kept}
+    if not isinstance(content, str) or not any(_marks(p) for p in content.split("\n\n")):
+        return item
+    # A marker's paragraphs run from its prefix to the next blank line (a summary has several lines).
+    rest = [p for p in content.split("\n\n") if not _marks(p)]
+    return {**item, "content": "\n\n".join(rest) or None}
 
 
 def as_responses(messages: list[Item], *, reasoning: bool = True) -> tuple[str, list[Item]]:
@@ -109,12 +138,7 @@ class Shape:
         return not (isinstance(content, list) and any(b.get("type") == "tool_result" for b in content))
 
     def is_marker(self, item: Item) -> bool:
-        content = item.get("content")
-        return (
-            item.get("role") == "assistant"
-            and isinstance(content, str)
-            and content.startswith(DROPPED_PREFIX)
-        )
+        return is_marker_item(item)
 
     def calls(self, items: list[Item]) -> set[str]:
         if self.name == "responses":
@@ -189,7 +213,12 @@ def check_compacted(shape: Shape, original: list[Item], received: list[Item], *,
 
 
 def _is_part_of(shape: Shape, item: Item, original: Item) -> bool:
-    """Whether `item` is `original`, tool results aside, or (Anthropic) it with some blocks gone."""
+    """Whether `item` is `original`, tool results aside, or (Anthropic) it with some blocks gone;
+    a marker merged into it aside."""
+    if item.get("role") == "assistant" and unmerged(item) is not item:
+        item = unmerged(item)
+        if item.get("content") is None and original.get("content") == "":
+            item = {**item, "content": ""}
     if _blank_results(shape, item) == _blank_results(shape, original):
         return True
     content, whole = item.get("content"), original.get("content")

@@ -215,9 +215,8 @@ async def test_over_the_window_is_never_forwarded_even_with_overflow_forward() -
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
-    assert (
-        "messages[11] alone is about 10008 tokens" in error["message"] and "8000 tokens" in error["message"]
-    )
+    assert "messages[11], about 10008 tokens" in error["message"] and "8000 tokens" in error["message"]
+    assert error["param"] == "messages[11]"
     assert upstream.requests == []
 
 
@@ -364,7 +363,7 @@ def short_chat(turns: int = 5) -> list[dict[str, object]]:
 async def test_a_reply_limit_at_or_past_the_window_keeps_a_chat_that_fits(field: str, reply: int) -> None:
     upstream = RecordingUpstream()
     raw = json.dumps({"model": "m", "messages": short_chat(), field: reply}).encode()
-    async with proxy_client(upstream) as client:  # the default window, 8,192
+    async with proxy_client(upstream, clamp_max_tokens=False) as client:  # the default window, 8,192
         response = await client.post(
             "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
         )
@@ -384,10 +383,11 @@ async def test_a_reply_limit_past_the_window_is_clamped_when_allowed() -> None:
 
 
 async def test_a_large_reply_limit_lowers_the_line_at_most_to_half_the_window() -> None:
+    """With clamping off, for a server that refuses prompt + reply over the window."""
     upstream = RecordingUpstream()
     # Over half the window (4,096) but under the usual line (6,553): compacted down to about half.
     body = {"model": "m", "messages": bike_shop_chat(items=130), "max_tokens": 16384}
-    async with proxy_client(upstream) as client:
+    async with proxy_client(upstream, clamp_max_tokens=False) as client:
         response = await client.post("/v1/chat/completions", json=body)
     after = int(response.headers["x-compaction-tokens-after"])
     assert 2000 < after <= 4096
@@ -397,7 +397,7 @@ async def test_a_large_reply_limit_lowers_the_line_at_most_to_half_the_window() 
 async def test_a_rejected_request_names_the_reply_limit_that_took_the_room() -> None:
     upstream = RecordingUpstream()
     messages = [*short_chat(), {"role": "user", "content": "x" * 24_000}]  # 6,000 tokens, protected
-    async with proxy_client(upstream, overflow="reject") as client:
+    async with proxy_client(upstream, overflow="reject", clamp_max_tokens=False) as client:
         response = await client.post(
             "/v1/chat/completions", json={"model": "m", "messages": messages, "max_completion_tokens": 9000}
         )

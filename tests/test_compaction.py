@@ -11,6 +11,7 @@ from proxy.compaction import Budget, CompactionResult, Policy, compact
 from proxy.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
 from proxy.tokens import RequestCounter, count_chars4
 from tests.conversations import SYSTEM, agent_chat, bike_shop_chat, order_result, tool_call
+from tests.format_chats import is_marker_item, unmerged
 
 count = RequestCounter(count_chars4).message
 
@@ -77,29 +78,28 @@ def test_bike_shop_drops_old_exchanges_when_truncating_is_not_enough() -> None:
 def test_loop_rules_drop_a_tool_exchange_but_keep_the_answer() -> None:
     """The same chat with the default rules: the request after the second search is over the line with
     everything protected, so the old exchange (call and result) goes and the answer (a decision) stays;
-    the last result is capped to what is left. Nothing is dropped at the final request."""
+    the last result, not read yet, is capped only to what is left under the line. At the final request
+    that result has been read and the line is crossed again: the seed's rules drop the old turn."""
     chat = bike_shop_chat()
     chat[4]["content"] = "Long apology. " * 1500
-    chat.append({"role": "assistant", "content": "Done: return R-1 opened."})
-    chat.append({"role": "user", "content": "Thanks! Anything else I should know?"})
     budget = window_budget(8000)
-    result = run(chat, budget, keep_recent_tool_results=1)
+    result = run(chat[:8], budget, keep_recent_tool_results=1)
     assert result.dropped == (2, 3) and result.capped == (7,) and not result.overflow
-    assert result.tokens_after <= budget.limit
-    assert is_dropped_marker(result.messages[2]) and "2 earlier messages" in result.messages[2]["content"]
-    assert result.messages[3] is chat[4], "the answer stays"
-    assert [m is c for m, c in zip(result.messages[4:], chat[5:], strict=True)] == [
-        True,
-        True,
-        False,
-        True,
-        True,
-        True,
-        True,
-    ]
-    capped = result.messages[6]["content"]
+    assert budget.limit - 100 <= result.tokens_after <= budget.limit, "capped to the line, not the target"
+    # The marker stands between the first request and the answer: no role fits both, it joins the answer.
+    answer = result.messages[2]
+    assert answer["content"] == f"{DROPPED_PREFIX} 2 earlier messages.]\n\n{chat[4]['content']}"
+    assert unmerged(answer) == chat[4], "the answer stays"
+    assert [m is c for m, c in zip(result.messages[3:], chat[5:8], strict=True)] == [True, True, False]
+    capped = result.messages[5]["content"]
     assert capped.startswith(chat[7]["content"][:40]) and "chars cut here" in capped
     assert "call search_parts again" in capped and capped.endswith(chat[7]["content"][-40:])
+    chat.append({"role": "assistant", "content": "Done: return R-1 opened."})
+    chat.append({"role": "user", "content": "Thanks! Anything else I should know?"})
+    final = run(chat, budget, keep_recent_tool_results=1)
+    assert final.dropped == (2, 3, 4) and final.capped == (7,) and not final.overflow
+    again = next(m for m in final.messages if m.get("tool_call_id") == chat[7]["tool_call_id"])
+    assert again["content"] == capped, "the cap made for the request before is made again"
 
 
 def test_reported_tokens_match_a_recount() -> None:
@@ -288,7 +288,7 @@ def assert_invariants(
     assert out[:head] == chat[:head]
     users = [m for m in chat if m["role"] == "user"]
     # User messages are never cut; only the seed's level 2 drops (old) requests, never the last `keep`.
-    assert all(any(m is u for u in users) for m in out if m["role"] == "user")
+    assert all(any(m is u for u in users) for m in out if m["role"] == "user" and not is_marker_item(m))
     assert all(any(m is u for m in out) for u in users[-keep:])
     if users:
         assert any(m is users[0] for m in out), "the first request stays"
@@ -313,8 +313,9 @@ def assert_no_orphans(messages: list[dict[str, Any]]) -> None:
 def assert_subsequence(out: list[dict[str, Any]], chat: list[dict[str, Any]]) -> None:
     position = 0
     for message in out:
-        if isinstance(message.get("content"), str) and message["content"].startswith(DROPPED_PREFIX):
+        if is_marker_item(message):
             continue
+        message = unmerged(message)
         while position < len(chat) and not same_message(chat[position], message):
             position += 1
         assert position < len(chat), f"{json.dumps(message)[:200]} is not from the input, or out of order"

@@ -71,8 +71,7 @@ def test_a_long_tool_chat_fails_directly_and_succeeds_through_the_proxy(
     assert completion.usage and completion.usage.prompt_tokens <= WINDOW
     assert int(raw.headers["x-compaction-tokens-after"]) < int(raw.headers["x-compaction-tokens-before"])
     changed = int(raw.headers["x-compaction-truncated"]) + int(raw.headers["x-compaction-dropped"])
-    capped = [i for i in raw.headers.get("x-compaction-capped", "").split(",") if i]
-    assert changed + len(capped) >= 1
+    assert changed + int(raw.headers.get("x-compaction-capped", "0")) >= 1
 
 
 def test_streaming_a_long_chat_through_the_proxy(proxy_url: str, stub_url: str) -> None:

@@ -11,6 +11,7 @@ the compacted request sent again goes through unchanged (idempotence).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -19,7 +20,7 @@ import openai
 import pytest
 
 from tests.format_chats import ANTHROPIC, RESPONSES, as_anthropic, as_responses, check_compacted
-from tests.format_fixtures import API_KEY, WINDOW, last_body, recorded
+from tests.format_fixtures import API_KEY, WINDOW, last_body, recorded, running_proxy
 from tests.upstreams.chats import support_chat
 from tests.upstreams.formats import REPLY
 
@@ -118,10 +119,8 @@ def test_responses_a_long_history_is_compacted(
     "extra",
     [
         {"previous_response_id": "resp_123"},
-        {"context_management": [{"type": "compaction", "compact_threshold": 1000}]},
-        {"input_prefix": [{"type": "compaction", "id": "cmp_1", "encrypted_content": "abc"}]},
     ],
-    ids=["previous_response_id", "context_management", "compaction_item"],
+    ids=["previous_response_id"],
 )
 def test_responses_the_server_keeps_or_compacts_its_history_left_alone(
     upstream: str, proxy: str, fresh_record: None, extra: dict[str, Any]
@@ -224,6 +223,69 @@ def test_anthropic_a_long_history_is_compacted(
     assert_idempotent(upstream, f"{proxy}/v1/messages", {**sent, "stream": False}, headers)
 
 
+# What Claude Code 2.1.197 sends on every request while thinking is on (its bundled binary,
+# `function Ydc(e){...if(t)return{edits:[{type:"clear_thinking_20251015",keep:"all"}]}}`).
+CLAUDE_CODE_CONTEXT_MANAGEMENT = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+
+
+def test_anthropic_claude_codes_context_management_is_compacted_for_a_local_server(
+    upstream: str, proxy: str, fresh_record: None
+) -> None:
+    system, messages = as_anthropic(support_chat(10, result_items=20))
+    kwargs: dict[str, Any] = {
+        "model": "small",
+        "max_tokens": 32000,  # what Claude Code asks for
+        "system": system,
+        "messages": messages,
+        "tools": TOOLS_ANTHROPIC,
+        "extra_body": {"context_management": CLAUDE_CODE_CONTEXT_MANAGEMENT},
+    }
+    with pytest.raises(anthropic.BadRequestError):
+        claude(upstream).messages.create(**kwargs)
+    original = last_body(upstream)
+    response = claude(proxy).messages.with_raw_response.create(**kwargs)
+    assert int(response.headers["x-compaction-tokens-after"]) < int(
+        response.headers["x-compaction-tokens-before"]
+    )
+    sent = last_body(upstream)
+    assert sent["context_management"] == CLAUDE_CODE_CONTEXT_MANAGEMENT, "the field is kept as it came"
+    check_compacted(ANTHROPIC, original["messages"], sent["messages"])
+    # keep: "all" keeps every thinking block of what is left.
+    for message_ in sent["messages"]:
+        kinds = [b["type"] for b in message_["content"]] if isinstance(message_["content"], list) else []
+        if "tool_use" in kinds:
+            assert kinds[0] == "thinking"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"context_management": [{"type": "compaction", "compact_threshold": 1000}]},
+        {"input_prefix": [{"type": "compaction", "id": "cmp_1", "encrypted_content": "abc"}]},
+    ],
+    ids=["context_management", "compaction_item"],
+)
+def test_responses_server_compaction_is_compacted_for_a_local_server(
+    upstream: str, proxy: str, fresh_record: None, extra: dict[str, Any]
+) -> None:
+    """Only OpenAI's own API implements these; in front of anything else the proxy compacts."""
+    instructions, items = as_responses(support_chat(10, result_items=20))
+    body: dict[str, Any] = {"model": "small", "instructions": instructions, "input": items}
+    if "input_prefix" in extra:
+        body["input"] = [*extra["input_prefix"], *items]
+    else:
+        body |= extra
+    response = httpx.post(f"{proxy}/v1/responses", json=body)
+    assert response.status_code == 200, response.text
+    assert int(response.headers["x-compaction-tokens-after"]) < int(
+        response.headers["x-compaction-tokens-before"]
+    )
+    sent = last_body(upstream)
+    assert without(sent, "input") == without(body, "input"), "the field is kept as it came"
+    if "input_prefix" in extra:
+        assert sent["input"][0] == extra["input_prefix"][0]
+
+
 def test_anthropic_count_tokens_is_passed_through(upstream: str, proxy: str, fresh_record: None) -> None:
     system, messages = as_anthropic(support_chat(10, result_items=20))
     counted = claude(proxy).messages.count_tokens(model="small", system=system, messages=messages)
@@ -233,7 +295,17 @@ def test_anthropic_count_tokens_is_passed_through(upstream: str, proxy: str, fre
     assert json.loads(record["body"])["messages"] == messages
 
 
-def test_anthropic_context_management_is_left_alone(upstream: str, proxy: str, fresh_record: None) -> None:
+@pytest.fixture(scope="module")
+def anthropic_proxy(upstream: str) -> Iterator[str]:
+    """The proxy told its upstream is Anthropic's own API, which implements `context_management`."""
+    with running_proxy(upstream, COMPACT_UPSTREAM_KIND="anthropic") as url:
+        yield url
+
+
+def test_anthropic_context_management_is_left_alone_for_anthropics_api(
+    upstream: str, anthropic_proxy: str, fresh_record: None
+) -> None:
+    proxy = anthropic_proxy
     system, messages = as_anthropic(support_chat(10, result_items=20))
     body = {
         "model": "small",

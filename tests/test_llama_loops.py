@@ -76,5 +76,6 @@ def test_a_latest_request_bigger_than_the_window_is_a_clear_400(llama_server: Ll
             model=MODEL, messages=loop, tools=TOOLS, max_tokens=MAX_TOKENS
         )
     assert caught.value.code == "context_length_exceeded"
-    assert f"messages[{len(loop) - 1}] alone is about" in caught.value.message
+    assert f"The largest part is messages[{len(loop) - 1}], about" in caught.value.message
+    assert caught.value.param == f"messages[{len(loop) - 1}]"
     assert f"maximum context length is {llama_server.n_ctx} tokens" in caught.value.message

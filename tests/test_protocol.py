@@ -121,3 +121,45 @@ async def test_a_head_just_under_the_limit_passes_in_one_read_or_many() -> None:
     assert len(head) <= LIMIT
     for reads in ([request], [request[i : i + 10] for i in range(0, len(request), 10)]):
         assert (await serve(reads, answers=1)).startswith(b"HTTP/1.1 200")
+
+
+# --- slow clients: the head deadline and the body's idle limit ------------------------------------
+
+
+async def open_protocol(header_timeout: float, body_timeout: float) -> tuple[Any, RecordingTransport]:
+    config = Config(app=echo_size, lifespan="off", access_log=False, log_level="warning")
+    config.load()
+    protocol = LimitedHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    protocol.header_timeout, protocol.body_timeout = header_timeout, body_timeout
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+async def test_a_head_not_complete_in_time_gets_408_and_is_closed() -> None:
+    protocol, transport = await open_protocol(0.1, 10)
+    for byte in post(10)[:20]:
+        protocol.data_received(bytes([byte]))
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    assert transport.closing and transport.written.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    protocol.connection_lost(None)
+
+
+async def test_a_body_that_keeps_coming_is_not_cut_and_one_that_stops_is() -> None:
+    protocol, transport = await open_protocol(10, 0.1)
+    request = post(20)
+    head = request[: request.index(b"\r\n\r\n") + 4]
+    protocol.data_received(head)
+    for byte in request[len(head) :]:  # a byte every 40 ms: slow, never idle for 100 ms
+        await asyncio.sleep(0.04)
+        protocol.data_received(bytes([byte]))
+    for _ in range(100):
+        if transport.written:
+            break
+        await asyncio.sleep(0.01)
+    assert transport.written.startswith(b"HTTP/1.1 200") and not transport.closing
+    protocol.data_received(post(20)[: len(head) + 5])  # the next request's body stops after 5 bytes
+    await asyncio.sleep(0.2)
+    assert transport.closing and b"HTTP/1.1 408" in transport.written
+    protocol.connection_lost(None)

@@ -9,7 +9,8 @@ upstream's own count (`/apply-template`, `/tokenize`) works for every format. An
 reads its wire format into that form (`read`), remembering which original item(s) each neutral
 message stands for (`Part`s), and applies the engine's decisions back onto the ORIGINAL body
 (`write`): a noted tool result gets the note as its content, dropped items are removed and a marker
-in the format's own shape stands where they were. Nothing else in the body changes.
+in the format's own shape stands where they were, with the role that keeps roles alternating, or
+merged into the neighbouring assistant turn where no role fits. Nothing else in the body changes.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.chat import Body, ChatPlan
-from proxy.compaction import CompactionResult
-from proxy.tokens import text_of
+from proxy.compaction import CompactionResult, Marker
 
 Message = dict[str, Any]
 
@@ -85,43 +85,39 @@ class Decisions:
 
     dropped: frozenset[int]
     notes: dict[int, Any]  # neutral index -> the new content of a noted tool result
-    markers: list[tuple[int, Message]]  # first neutral index of each dropped run -> what stands there
+    markers: list[Marker]  # one per dropped run: its own message, or merged into a kept assistant one
 
 
 def decisions(result: CompactionResult) -> Decisions:
-    """Walk `result.messages` beside the neutral messages: each dropped run has one message in its
-    place (a marker, or a summary), each noted result its new content."""
+    """Walk `result.messages` beside the neutral messages: each dropped run has its marker (or a
+    summary) in its own message or merged into a kept neighbour, each noted result its new content."""
     dropped = frozenset(result.dropped)
     truncated = set(result.truncated) | set(result.capped)  # a capped result is written back like a note
     notes: dict[int, Any] = {}
-    markers: list[tuple[int, Message]] = []
-    out = iter(result.messages)
+    standalone = {m.position for m in result.markers if m.into is None}
+    out = (m for p, m in enumerate(result.messages) if p not in standalone)
     n = (max(dropped | truncated) + 1) if (dropped or truncated) else 0
     for i in range(n):
         if i in dropped:
-            if i - 1 not in dropped:
-                markers.append((i, next(out)))
             continue
         message = next(out)
         if i in truncated:
             notes[i] = message.get("content")
-    return Decisions(dropped, notes, markers)
-
-
-def marker_text(message: Message) -> str:
-    return text_of(message.get("content"))
+    return Decisions(dropped, notes, list(result.markers))
 
 
 @dataclass(slots=True)
 class Rebuilt:
-    """The format's list after the decisions: which items and blocks stay, with which notes, and
-    the markers to insert before or after an item."""
+    """The format's list after the decisions: which items and blocks stay, with which notes, the
+    markers (text, role) to insert before or after an item, and the marker texts to merge into an
+    assistant item (before its own content, after it)."""
 
     drop_items: set[int] = field(default_factory=set)
     drop_blocks: dict[int, set[int]] = field(default_factory=dict)
     notes: dict[int, dict[int | None, Any]] = field(default_factory=dict)  # item -> block -> note
-    before: dict[int, list[Message]] = field(default_factory=dict)
-    after: dict[int, list[Message]] = field(default_factory=dict)
+    before: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+    after: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+    merged: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
 
 
 def rebuild(conversation: Conversation, plan: ChatPlan) -> Rebuilt:
@@ -147,13 +143,21 @@ def rebuild(conversation: Conversation, plan: ChatPlan) -> Rebuilt:
     for item in out.drop_blocks:
         if item not in kept_before:  # every block of it went
             out.drop_items.add(item)
-    for first, marker in d.markers:
-        item = sources[first][0].item
+    for marker in d.markers:
+        if marker.into is not None and sources[marker.into]:
+            parts = sources[marker.into]
+            # Into the assistant turn's first item when the run comes before it, else its last.
+            item = parts[0].item if marker.merged_before else parts[-1].item
+            texts = out.merged.setdefault(item, ([], []))
+            texts[0 if marker.merged_before else 1].append(marker.text)
+            continue
+        role = marker.role or "assistant"
+        item = sources[marker.run.start][0].item
         # A run that begins inside an item whose earlier blocks stay goes after that item.
-        if kept_before.get(item, first) < first:
-            out.after.setdefault(item, []).append(marker)
+        if kept_before.get(item, marker.run.start) < marker.run.start:
+            out.after.setdefault(item, []).append((marker.text, role))
         else:
-            out.before.setdefault(item, []).append(marker)
+            out.before.setdefault(item, []).append((marker.text, role))
     return out
 
 
@@ -162,19 +166,28 @@ def rewrite_items(
     rebuilt: Rebuilt,
     *,
     item_with: Callable[[Any, set[int], Mapping[int | None, Any]], Any],
-    marker: Callable[[str], Any],
+    marker: Callable[[str, str], Any],
+    merge: Callable[[Any, Sequence[str], Sequence[str]], Any] | None = None,
 ) -> list[Any]:
     """The format's list with items dropped, blocks dropped, notes written and markers inserted.
     `item_with(item, dropped_blocks, notes_by_block)` rewrites one item that stays (block None: the
-    whole item's result); `marker(text)` builds a marker item in the format's shape."""
+    whole item's result); `marker(text, role)` builds a marker item in the format's shape;
+    `merge(item, before, after)` puts marker texts into an assistant item. A format without `merge`
+    (its assistant turn is several items) gets them as assistant marker items beside that item."""
     out: list[Any] = []
     for index, item in enumerate(items):
-        out.extend(marker(marker_text(m)) for m in rebuilt.before.get(index, ()))
+        out.extend(marker(text, role) for text, role in rebuilt.before.get(index, ()))
+        before, after = rebuilt.merged.get(index, ((), ()))
         if index not in rebuilt.drop_items:
             blocks = rebuilt.drop_blocks.get(index, set())
             notes = rebuilt.notes.get(index, {})
-            out.append(item_with(item, blocks, notes) if blocks or notes else item)
-        out.extend(marker(marker_text(m)) for m in rebuilt.after.get(index, ()))
+            kept = item_with(item, blocks, notes) if blocks or notes else item
+            if merge is not None and (before or after):
+                kept, before, after = merge(kept, before, after), (), ()
+            out.extend(marker(text, "assistant") for text in before)
+            out.append(kept)
+            out.extend(marker(text, "assistant") for text in after)
+        out.extend(marker(text, role) for text, role in rebuilt.after.get(index, ()))
     return out
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import orjson
+
 from proxy.chat import Body
 from proxy.formats.base import Conversation, int_field
 from proxy.formats.chat import ChatCompletions
@@ -23,3 +25,8 @@ class OllamaChat(ChatCompletions):
 
     def streamed(self, body: Body) -> bool:
         return body.get("stream") is not False
+
+    @staticmethod
+    def error_body(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
+        """Ollama's own error shape (`{"error": "..."}`, api/types.go), which its clients raise."""
+        return orjson.dumps({"error": message})

@@ -8,10 +8,13 @@ by `call_id`. Only `function_call_output` and `custom_tool_call_output` results 
 others, screenshots or shell output objects, have no plain text to shorten).
 
 Left alone: a request that continues a stored response (`previous_response_id`: the history is on
-the server), or that asks the server to compact (`context_management`, or a `compaction` item).
+the server). A request that asks the server to compact (`context_management`, or a `compaction`
+item) is left alone only where the server does that (`proxy.formats.server_manages_context`);
+elsewhere it is compacted like any other, the field kept and a `compaction` item counted whole.
 Shapes follow the openai-python 3.x `ResponseCreateParams` types and llama.cpp's
 `server_chat_convert_responses_to_chatcmpl` (which accepts an assistant item only with
-`"type": "message"`, hence the markers' shape).
+`"type": "message"` and `output_text` parts, hence the markers' shape, and merges consecutive
+assistant items into one chat message, so a marker beside an assistant turn joins it).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class Responses:
     reply_field = "max_output_tokens"
 
     def read(self, body: Body, params: Mapping[str, str]) -> Conversation | None:
-        if body.get("previous_response_id") is not None or body.get("context_management") is not None:
+        if body.get("previous_response_id") is not None:
             return None
         items = body.get("input")
         if items is None:
@@ -54,10 +57,6 @@ class Responses:
             messages.append({"role": "user", "content": items})
             sources.append((Part(0),))
         elif isinstance(items, list):
-            if any(
-                isinstance(item, dict) and str_field(item.get("type")) in SERVER_COMPACTION for item in items
-            ):
-                return None
             _read_items(items, messages, sources)
         else:
             raise ProxyError(400, "'input' must be a string or an array of input items.", param="input")
@@ -188,5 +187,8 @@ def _with_note(item: dict[str, Any], blocks: set[int], notes: Mapping[int | None
     return {**item, "output": notes[None]} if None in notes else item
 
 
-def _marker(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "assistant", "content": text}
+def _marker(text: str, role: str) -> dict[str, Any]:
+    # An assistant message's text as `output_text`, as Codex replays it: llama.cpp takes no other
+    # part in an assistant item, and folds it into the assistant turn beside it (one chat message).
+    part = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}

@@ -62,22 +62,29 @@ def count_prompt_tokens(base_url: str, body: dict[str, Any]) -> int:
 
 @contextmanager
 def running_llama_server(
-    ctx: int = 1024, slots: int = 1, *, binary: Path | None = None
+    ctx: int = 1024, slots: int = 1, *, binary: Path | None = None, chat_template: str | None = None
 ) -> Iterator[LlamaServer]:
-    """Run llama-server with ``ctx`` tokens of context split over ``slots`` slots; stop it on exit."""
+    """Run llama-server with ``ctx`` tokens of context split over ``slots`` slots; stop it on exit.
+    ``chat_template`` (Jinja text) replaces the model's own (``--chat-template-file``)."""
     binary = binary or llama_build.binary_path()
     if not binary.exists():
         raise ServerStartError(f"{binary} is not built; run: python scripts/llama_server.py build")
     with tempfile.TemporaryDirectory(prefix="llama-server-") as tmp:
         workdir = Path(tmp)
-        server = _start(binary, write_model(workdir), workdir, ctx=ctx, slots=slots)
+        extra: list[str] = []
+        if chat_template is not None:
+            (workdir / "template.jinja").write_text(chat_template)
+            extra = ["--chat-template-file", str(workdir / "template.jinja")]
+        server = _start(binary, write_model(workdir), workdir, ctx=ctx, slots=slots, extra=extra)
         try:
             yield server
         finally:
             stop(server.process)
 
 
-def _start(binary: Path, model: Path, workdir: Path, *, ctx: int, slots: int) -> LlamaServer:
+def _start(
+    binary: Path, model: Path, workdir: Path, *, ctx: int, slots: int, extra: list[str] | None = None
+) -> LlamaServer:
     # A probed port can be taken before the server binds it: retry on a fresh one if it dies.
     error: ServerStartError | None = None
     for attempt in range(PORT_ATTEMPTS):
@@ -106,6 +113,7 @@ def _start(binary: Path, model: Path, workdir: Path, *, ctx: int, slots: int) ->
             "1",
             "-tb",
             "1",
+            *(extra or []),
         ]
         with open(log_path, "wb") as log:
             process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
