@@ -10,18 +10,20 @@ VENV_EXTRAS=test,dev,tokenizers,bench . scripts/venv.sh
 # The official Node clients (npm openai, ai + @ai-sdk/openai), pinned by tests/node/package-lock.json.
 if command -v npm >/dev/null 2>&1; then
     npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
+    # The real agent CLIs (Claude Code, Codex, opencode), pinned by tests/clis/package-lock.json.
+    npm ci --prefix tests/clis --no-audit --no-fund --loglevel=error
 fi
 
 MARKERS=()
 if [ "${FAST:-0}" = "1" ]; then
-    MARKERS=(-m "not llama and not redis and not slow and not bench and not image")
+    MARKERS=(-m "not llama and not redis and not slow and not bench and not image and not cli")
 else
     if ! command -v redis-server >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1 \
-        || ! command -v docker-compose >/dev/null 2>&1; then
-        echo "installing redis-server, wrk and docker-compose (Debian) for the shared-cache tests," \
-            "the benchmarks and the compose files' check" >&2
+        || ! command -v docker-compose >/dev/null 2>&1 || ! command -v rg >/dev/null 2>&1; then
+        echo "installing redis-server, wrk, docker-compose and ripgrep (Debian) for the shared-cache tests," \
+            "the benchmarks, the compose files' check and opencode's grep tool" >&2
         SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
-        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server wrk docker-compose >/dev/null
+        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server wrk docker-compose ripgrep >/dev/null
     fi
     .venv/bin/python scripts/llama_server.py build
     # Up front, outside the tests' timeouts: podman & co. from Debian, the base image (first run only)

@@ -1,0 +1,365 @@
+"""Run a real agent CLI (from npm, pinned by tests/clis/package-lock.json) against the scripted model
+server (tests/upstreams/agent_model.py), directly or through the real ``compacting-proxy`` process,
+and summarise what the server received.
+
+Each CLI runs non-interactively, in a fresh home, with telemetry, update checks and every other
+non-essential call off, pointed at the server by the variables or config file a user would write:
+
+- Claude Code: ``ANTHROPIC_BASE_URL=http://proxy`` (no ``/v1``) and ``ANTHROPIC_API_KEY``;
+  ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (+ ``DISABLE_TELEMETRY``, ``DISABLE_AUTOUPDATER``,
+  ``DISABLE_ERROR_REPORTING``); ``claude -p TASK --output-format json --allowedTools Read,Bash,Grep,Glob``
+  (``--dangerously-skip-permissions`` is refused as root). Thinking is on by default for the model;
+  ``MAX_THINKING_TOKENS=0`` turns it off.
+- Codex: ``$CODEX_HOME/config.toml`` with ``model_provider`` naming a ``[model_providers.x]`` table:
+  ``base_url = "http://proxy/v1"``, ``wire_api = "responses"``, ``env_key``; ``check_for_update_on_startup
+  = false``, ``[analytics] enabled = false``; ``codex exec --skip-git-repo-check
+  --dangerously-bypass-approvals-and-sandbox TASK``.
+- opencode: ``OPENCODE_CONFIG=opencode.json`` with a provider ``{"npm": "@ai-sdk/openai-compatible",
+  "options": {"baseURL": "http://proxy/v1"}, "models": {...: {"limit": {"context": W}}}}`` (the AI
+  SDK package is bundled in the binary: nothing is fetched); ``OPENCODE_DISABLE_AUTOUPDATE``,
+  ``_MODELS_FETCH``, ``_LSP_DOWNLOAD``, ``_SHARE``, ``_DEFAULT_PLUGINS``, ``_CLAUDE_CODE``,
+  ``OPENCODE_PERMISSION='{"*": "allow"}'``; ``opencode run TASK``; and ``OPENCODE_DISABLE_AUTOCOMPACT=1``
+  unless ``own_compaction``: opencode's own summary request carries the whole history in one user
+  message, which no compaction may cut, and at 16k its trigger (``limit.context - limit.output``)
+  sits below the proxy's line, so behind the proxy it fires and is refused (see README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.upstreams.agent_model import DONE_MARK, TASK_MARK
+from tests.upstreams.processes import free_port, log_tail, stop, wait_healthy
+from tests.upstreams.proxy_server import running_proxy
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIS = ROOT / "tests" / "clis"
+BIN = CLIS / "node_modules" / ".bin"
+TASK = (
+    f"{TASK_MARK}: survey the Python package in this directory: read its modules, grep for its "
+    f"classes and entry points, and when you are done answer with {DONE_MARK}."
+)
+CLIENTS = ("claude", "codex", "opencode")
+MODEL = {"claude": "claude-sonnet-4-5", "codex": "agent-model", "opencode": "agent-model"}
+
+
+def installed(client: str) -> bool:
+    return (BIN / client).exists()
+
+
+def version(client: str) -> str:
+    package = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "opencode": "opencode-ai"}[
+        client
+    ]
+    return str(json.loads((CLIS / "node_modules" / package / "package.json").read_text())["version"])
+
+
+def lay_out_tree(where: Path) -> Path:
+    """A real source tree to work on: httpx's own package, copied from this venv."""
+    source = Path(httpx.__file__).parent
+    tree = where / "work"
+    shutil.copytree(source, tree / "httpx", ignore=shutil.ignore_patterns("__pycache__"))
+    return tree
+
+
+@dataclass(frozen=True)
+class Run:
+    client: str
+    version: str
+    window: int
+    proxied: bool
+    thinking: bool
+    requests: int  # model requests the server received
+    over: int  # of them over the window
+    finished: bool  # the CLI printed the final answer and exited 0
+    orphans: int  # tool results without their call, over all requests received
+    largest_sent: int  # cl100k tokens, by the client
+    largest_received: int  # cl100k tokens, by the server
+    compaction_s: float  # total time from the tap to the server, proxied runs
+    compaction_max_s: float
+    system_intact: bool  # every received request has the system prompt the client sent
+    task_intact: bool  # every main-loop request received still carries the user's task
+    client_errors: int  # 4xx answers the client got
+    exit_code: int
+    output: str
+    steps: int
+    seconds: float
+    recorded: dict[str, Any]
+    sent_bodies: dict[str, Any]  # tap id -> the body the client sent (proxied runs)
+
+    def row(self) -> str:
+        route = "proxy" if self.proxied else "direct"
+        name = self.client + (" (thinking)" if self.thinking else "")
+        return (
+            f"| {name} | {self.version} | {self.window // 1000}k | {route} | {self.requests} | {self.over} | "
+            f"{'yes' if self.finished else 'no'} | {self.largest_sent:,} | {self.largest_received:,} | "
+            f"{self.compaction_s:.2f} s (max {self.compaction_max_s * 1000:.0f} ms) |"
+        )
+
+
+def claude_result(output: str) -> dict[str, Any]:
+    """The result object `claude -p --output-format json` prints (its last JSON line)."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict) and value.get("type") == "result":
+                return value
+    return {}
+
+
+@contextmanager
+def model_server(window: int, steps: int, tree: Path, port: int, tap_to: str | None) -> Iterator[str]:
+    log_path = tree.parent / f"agent-model-{port}.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.upstreams.agent_model",
+        "--port",
+        str(port),
+        "--window",
+        str(window),
+        "--steps",
+        str(steps),
+        "--tree",
+        str(tree),
+    ]
+    if tap_to:
+        cmd += ["--tap-to", tap_to]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, "/healthz", process, log_path, timeout=30, name="agent model")
+        yield base
+    finally:
+        stop(process)
+        if process.returncode not in (0, -15):
+            print(log_tail(log_path))
+
+
+def client_command(
+    client: str, base: str, window: int, home: Path, thinking: bool, own_compaction: bool = False
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that point `client` at `base` (the server or the proxy)."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "TERM": "dumb",
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local/state"),
+    }
+    if client == "claude":
+        env |= {
+            "ANTHROPIC_BASE_URL": base,
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+        }
+        if not thinking:
+            env["MAX_THINKING_TOKENS"] = "0"
+        cmd = [
+            str(BIN / "claude"),
+            "-p",
+            TASK,
+            "--output-format",
+            "json",
+            "--model",
+            MODEL[client],
+            "--allowedTools",
+            "Read,Bash,Grep,Glob",
+        ]
+        return cmd, env
+    if client == "codex":
+        codex_home = home / ".codex"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        (codex_home / "config.toml").write_text(
+            f'model = "{MODEL[client]}"\nmodel_provider = "agentmodel"\ncheck_for_update_on_startup = false\n\n'
+            f'[model_providers.agentmodel]\nname = "agent model"\nbase_url = "{base}/v1"\n'
+            f'wire_api = "responses"\nenv_key = "AGENT_MODEL_KEY"\n\n[analytics]\nenabled = false\n'
+        )
+        env |= {"CODEX_HOME": str(codex_home), "AGENT_MODEL_KEY": "sk-test"}
+        cmd = [
+            str(BIN / "codex"),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            TASK,
+        ]
+        return cmd, env
+    if client == "opencode":
+        config = home / "opencode.json"
+        provider = {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": "agent model",
+            "options": {"baseURL": f"{base}/v1", "apiKey": "sk-test"},
+            "models": {MODEL[client]: {"name": "agent model", "limit": {"context": window, "output": 4096}}},
+        }
+        config.write_text(
+            json.dumps(
+                {
+                    "$schema": "https://opencode.ai/config.json",
+                    "model": f"agentmodel/{MODEL[client]}",
+                    "autoupdate": False,
+                    "share": "disabled",
+                    "provider": {"agentmodel": provider},
+                }
+            )
+        )
+        env |= {
+            "OPENCODE_CONFIG": str(config),
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+            "OPENCODE_PERMISSION": '{"*": "allow"}',
+        }
+        if not own_compaction:
+            env["OPENCODE_DISABLE_AUTOCOMPACT"] = "1"
+        return [str(BIN / "opencode"), "run", TASK], env
+    raise ValueError(client)
+
+
+def run(
+    client: str,
+    window: int,
+    *,
+    proxied: bool,
+    steps: int = 60,
+    thinking: bool = False,
+    timeout: float = 600,
+    proxy_settings: dict[str, str] | None = None,
+    own_compaction: bool = False,
+) -> Run:
+    """One CLI session to its end (or to `timeout`), and what the server saw."""
+    with tempfile.TemporaryDirectory(prefix=f"agent-{client}-") as tmp:
+        tree = lay_out_tree(Path(tmp))
+        home = Path(tmp) / "home"
+        home.mkdir()
+        port = free_port()
+        started = time.monotonic()
+        with (
+            contextlib_proxy(
+                proxied, f"http://127.0.0.1:{port}/v1", window, proxy_settings or {}
+            ) as proxy_url,
+            model_server(window, steps, tree, port, proxy_url) as base,
+        ):
+            cmd, env = client_command(
+                client, f"{base}/tap" if proxied else base, window, home, thinking, own_compaction
+            )
+            try:
+                done = subprocess.run(
+                    cmd,
+                    cwd=tree,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    stdin=subprocess.DEVNULL,
+                )
+                code, output = done.returncode, done.stdout + done.stderr
+            except subprocess.TimeoutExpired as expired:
+                code, output = -1, f"timed out after {timeout} s\n{expired.stdout or ''}"
+            recorded = httpx.get(f"{base}/_recorded", timeout=30).json()
+            sent_bodies = httpx.get(f"{base}/_sent", timeout=60).json() if proxied else {}
+        return summarise(
+            client,
+            window,
+            proxied,
+            thinking,
+            steps,
+            code,
+            output,
+            recorded,
+            sent_bodies,
+            time.monotonic() - started,
+        )
+
+
+@contextmanager
+def contextlib_proxy(
+    proxied: bool, upstream: str, window: int, settings: dict[str, str]
+) -> Iterator[str | None]:
+    if not proxied:
+        yield None
+        return
+    with running_proxy(upstream, window, **settings) as proxy:
+        yield proxy.base_url
+
+
+def summarise(
+    client: str,
+    window: int,
+    proxied: bool,
+    thinking: bool,
+    steps: int,
+    code: int,
+    output: str,
+    recorded: dict[str, Any],
+    sent_bodies: dict[str, Any],
+    seconds: float,
+) -> Run:
+    from tests.upstreams.agent_model import system_digest
+
+    received = recorded["received"]
+    sent = recorded["sent"]
+    main = [r for r in received if r["kind"] in ("tools", "final")]
+    delays = [r["at"] - sent[r["tap"]]["at"] for r in received if r.get("tap") in sent]
+    system_ok = all(
+        r["system"] == system_digest(r["format"], sent_bodies[r["tap"]])
+        for r in received
+        if r.get("tap") in sent_bodies
+    )
+    answered = any(r["kind"] == "final" for r in received)
+    errors = (
+        [s for s in sent.values() if 400 <= s.get("status", 200) < 500]
+        if proxied
+        else [r for r in received if r["over"] or r["orphans"]]
+    )
+    return Run(
+        client=client,
+        version=version(client),
+        window=window,
+        proxied=proxied,
+        thinking=thinking,
+        requests=len(received),
+        over=sum(r["over"] for r in received),
+        finished=code == 0 and answered and DONE_MARK in output,
+        orphans=sum(r["orphans"] for r in received),
+        largest_sent=max([s["tokens"] for s in sent.values()] or [r["tokens"] for r in received] or [0]),
+        largest_received=max([r["tokens"] for r in received] or [0]),
+        compaction_s=sum(delays),
+        compaction_max_s=max(delays or [0.0]),
+        system_intact=system_ok,
+        task_intact=all(r["has_task"] for r in main),
+        client_errors=len(errors),
+        exit_code=code,
+        output=output[-3000:],
+        steps=steps,
+        seconds=seconds,
+        recorded=recorded,
+        sent_bodies=sent_bodies,
+    )

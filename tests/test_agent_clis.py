@@ -1,0 +1,82 @@
+"""The real agent CLIs (Claude Code, Codex, opencode, from npm) in a long tool loop on a real source
+tree, against a scripted model server that enforces its window (tests/upstreams/agent_model.py), and
+through the real `compacting-proxy` process in front of it (issue 16).
+
+The suite runs a small matrix (each CLI at 32k through the proxy, one direct run each to show the
+server's window bites, the 16k edge, Claude Code with thinking on); the full one, 16k/32k/128k direct
+and proxied, is `python benchmarks/bench_agent_clis.py`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.agent_clis import CLIENTS, Run, claude_result, installed, run
+
+pytestmark = [
+    pytest.mark.cli,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        not all(installed(c) for c in CLIENTS),
+        reason="the CLIs are not installed: npm ci --prefix tests/clis (scripts/test.sh does)",
+    ),
+]
+STEPS = 60
+
+
+def explain(r: Run) -> str:
+    received = [(x["kind"], x["tokens"], x["over"]) for x in r.recorded["received"]]
+    return (
+        f"{r.row()}\nexit {r.exit_code}, requests (kind, tokens, over): {received[-12:]}\n{r.output[-1500:]}"
+    )
+
+
+def assert_compacted_run(r: Run) -> None:
+    """The issue's acceptance, for a run through the proxy."""
+    assert r.over == 0, explain(r)
+    assert r.finished, explain(r)
+    assert r.orphans == 0, explain(r)
+    assert r.system_intact, explain(r)
+    assert r.task_intact, explain(r)
+    assert r.client_errors == 0, explain(r)
+    assert r.largest_sent > r.window, "the loop outgrew the window, so the proxy had to compact"
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_cli_finishes_a_long_loop_through_the_proxy_at_32k(client: str) -> None:
+    assert_compacted_run(run(client, 32_000, proxied=True, steps=STEPS))
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_without_the_proxy_the_server_window_stops_the_cli(client: str) -> None:
+    """The control: the same loop straight at the server goes over its window."""
+    r = run(client, 32_000, proxied=False, steps=STEPS)
+    assert r.over > 0, explain(r)
+
+
+def test_claude_code_with_thinking_on_finishes_through_the_proxy() -> None:
+    """Claude Code's default: thinking on, and with it `context_management` (clear_thinking) on every
+    request, which a local server does not implement (issue 16, cause 1)."""
+    r = run("claude", 32_000, proxied=True, steps=STEPS, thinking=True)
+    received = r.recorded["received"]
+    assert all(x["context_management"] for x in received if x["kind"] == "tools"), (
+        "the field Claude Code sends"
+    )
+    assert_compacted_run(r)
+
+
+@pytest.mark.parametrize("client", ["codex", "opencode"])
+def test_at_16k_a_cli_whose_fixed_prompt_fits_finishes(client: str) -> None:
+    assert_compacted_run(run(client, 16_000, proxied=True, steps=STEPS))
+
+
+def test_at_16k_claude_code_gets_the_overflow_it_knows_from_the_proxy() -> None:
+    """Claude Code's system prompt and tool schemas alone are about 20k tokens: nothing can fit 16k.
+    The proxy answers Anthropic's own "prompt is too long" 400, so Claude Code ends as it does when
+    the server itself refuses, and the server is never sent a request over its window."""
+    direct = run("claude", 16_000, proxied=False, steps=STEPS)
+    proxied = run("claude", 16_000, proxied=True, steps=STEPS)
+    assert proxied.over == 0, explain(proxied)
+    assert not direct.finished and not proxied.finished
+    reasons = [claude_result(r.output).get("terminal_reason") for r in (direct, proxied)]
+    assert reasons == ["prompt_too_long", "prompt_too_long"], (reasons, explain(proxied))
