@@ -100,9 +100,9 @@ def plain(window: int) -> Compactor:
     return lambda history: Sent((sent := run(history)).messages, sent.seconds)
 
 
-def clear_tool_uses(window: int, counter: RequestCounter) -> Compactor:
-    trigger = budget_for(BODY, window_model(window), counter).limit
-    fixed = counter.fixed(BODY)
+def clear_tool_uses(window: int, counter: RequestCounter, body: dict[str, Any] = BODY) -> Compactor:
+    trigger = budget_for(body, window_model(window), counter).limit
+    fixed = counter.fixed(body)
 
     def run(history: list[Message]) -> Sent:
         started = time.process_time()

@@ -199,18 +199,42 @@ class Planner:
         overcounts it by the margin; else it goes on compacted as far as it fits within half the
         margin, or as it came, and the upstream judges it."""
         exact = await self._upstream_count(body, headers)
+        lenient = await self._planned(offload, body, messages, window, "estimate", plan.factor / (1 + margin))
         if exact:
             raw = plan.result.tokens_before / plan.factor
             self.calibrator.observe(plan.model, round(raw), exact)
             counted = await self._planned(offload, body, messages, window, "estimate", exact / raw)
-            return replace(await self._recount(body, counted, headers), counted_by="upstream")
-        lenient = await self._planned(offload, body, messages, window, "estimate", plan.factor / (1 + margin))
+            counted = replace(await self._recount(body, counted, headers), counted_by="upstream")
+            if counted.result.over_window and not lenient.result.over_window:
+                # The whole request's factor is not that of what is left once its old part goes:
+                # what compaction makes of it is counted exactly before the request is refused.
+                return await self._fitted_exactly(body, lenient, headers, offload) or counted
+            return counted
         if lenient.result.over_window:
             return plan  # over the window even if the estimate overcounts it: refused
         # It may fit: compacted as far as it can be within half the margin, else forwarded as it came
         # (the upstream judges it and says so in its own words).
         half = await self._planned(offload, body, messages, window, "estimate", plan.factor, margin / 2)
         return half if not half.result.over_window and half.result.changed else lenient
+
+    async def _fitted_exactly(
+        self, body: Body, candidate: ChatPlan, headers: Sequence[tuple[bytes, bytes]], offload: bool
+    ) -> ChatPlan | None:
+        """`candidate` (a compaction that fits by a lenient estimate), or one made with the factor its
+        exact count shows, once the upstream's count of what it forwards is within the window;
+        None if neither is."""
+        messages = body["messages"]
+        for _ in range(2):
+            if candidate.result.over_window:
+                return None
+            exact = await self._upstream_count({**body, "messages": candidate.result.messages}, headers)
+            if not exact:
+                return None
+            if exact <= candidate.window.window:
+                return replace(candidate, counted_by="upstream")
+            factor = candidate.factor * exact / max(1, candidate.result.tokens_after) * RETRY_MARGIN
+            candidate = await self._planned(offload, body, messages, candidate.window, "estimate", factor)
+        return None
 
     async def _upstream_count(self, body: Body, headers: Sequence[tuple[bytes, bytes]]) -> int | None:
         """The upstream's exact count of a request, None where it has no `/tokenize` (remembered for

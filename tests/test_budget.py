@@ -393,3 +393,57 @@ def test_the_margin_follows_the_kind_of_text_and_shrinks_once_calibrated() -> No
     window = Settings(_env_file=None, window=16384).window_for("m")
     budget = budget_for({}, window, RequestCounter(len), margin=estimate_margin(text_size(chinese)))
     assert budget.window is not None and budget.window < 14_866 and budget.limit <= budget.window
+
+
+def heavy_old_results_chat() -> list[dict[str, Any]]:
+    """Old tool results the server counts at 2.7 times the estimate, then a pasted document
+    (never cut) that fits the 8k window on its own: the whole request's factor is not the factor
+    of what is left once the old results go (seen on a mini-swe-agent replay at 8k)."""
+    rnd = random.Random(7)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the corrupt block."}]
+    for k in range(8):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"c{k}", "type": "function", "function": {"name": "dump", "arguments": f'{{"k":{k}}}'}}
+                ],
+            }
+        )
+        words = " ".join(rnd.choice(["block", "header", "length", "offset", "record"]) for _ in range(4000))
+        messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": words})
+    # Digits the estimate charges nearly a token each: over the window less the estimate's margin.
+    table = "\n".join(f"{i:06d} {i * 7919 % 1000003:07d} {i * 31 % 99991:05d}" for i in range(340))
+    messages.append({"role": "user", "content": "Which block is corrupt?\n" + table})
+    return messages
+
+
+def doubling_tokenize_upstream() -> RecordingUpstream:
+    """`/tokenize` (vLLM 0.11's `{"count": N}`) counting tool results at 2.7 times the estimate's rate."""
+
+    def count(body: dict[str, Any]) -> int:
+        total = 0
+        for message in body["messages"]:
+            chars = len(text_of(message.get("content")))
+            total += (chars * 10 // 15 if message["role"] == "tool" else chars // 4) + MESSAGE_OVERHEAD
+        return total
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/tokenize":
+            return httpx.Response(200, json={"count": count(json.loads(request.content)), "tokens": []})
+        return httpx.Response(200, json=completion())
+
+    return RecordingUpstream(respond=respond)
+
+
+async def test_a_request_is_refused_only_if_its_compacted_form_does_not_fit_by_the_exact_count() -> None:
+    messages = heavy_old_results_chat()
+    upstream = doubling_tokenize_upstream()
+    async with proxy_client(upstream, tokenizer="estimate") as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
+    assert response.status_code == 200, response.text
+    sent = upstream.last_json()["messages"]
+    assert sent[-1] == messages[-1] and sent[0] == messages[0], "the user messages as they came"
+    tokenize = [json.loads(r.content) for r in upstream.requests if r.url.path == "/tokenize"]
+    assert tokenize and tokenize[-1]["messages"] == sent, "what was forwarded was counted exactly"
