@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.corpus import GO_WORKER, JS_SERVER, PY_MODULE, ZH_BOOKSHOP, ZH_DATABASE, ZH_TEA
 from tests.conversations import tool_call
+from tests.corpus import GO_WORKER, JS_SERVER, PY_MODULE, ZH_BOOKSHOP, ZH_DATABASE, ZH_TEA
 from tests.fakes import completion, proxy_client
 
 tiktoken = pytest.importorskip("tiktoken")

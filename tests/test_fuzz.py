@@ -180,6 +180,7 @@ def check_answer(response: httpx.Response) -> None:
         assert isinstance(error["type"], str)
 
 
+@pytest.mark.slow  # hundreds of examples: seconds, more than the fast tier's share
 @FUZZ
 @given(raw=raw_bodies, path=st.sampled_from(ENDPOINTS))
 def test_no_body_makes_a_server_error(
@@ -191,6 +192,7 @@ def test_no_body_makes_a_server_error(
     check_answer(response)
 
 
+@pytest.mark.slow  # hundreds of examples: seconds, more than the fast tier's share
 @FUZZ
 @given(body=bodies)
 def test_no_chat_makes_a_server_error(
@@ -224,6 +226,7 @@ def test_a_lone_surrogate_in_a_compacted_chat_is_not_a_server_error(
 engine_messages = st.lists(message(strict_role=False, any_role=False), max_size=16)
 
 
+@pytest.mark.slow  # hundreds of examples: seconds, more than the fast tier's share
 @FUZZ
 @given(
     chat=engine_messages,
@@ -337,6 +340,7 @@ if schemathesis is not None:
     chat_schema = schemathesis.openapi.from_dict(schema_with_bodies(bodies_app))
     chat_schema.app = bodies_app
 
+    @pytest.mark.slow  # hundreds of examples: seconds, more than the fast tier's share
     @chat_schema.include(method="POST").parametrize()
     @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
     def test_chat_bodies_from_the_schema_hold_no_server_error(case: Any) -> None:

@@ -1,9 +1,9 @@
 """One proxy process under many concurrent streams, and its graceful shutdown.
 
 The upstream is `tests/upstreams/faulty.py` as its own process (in its normal mode), so it does not
-share a core and a GIL with the 200 clients driven from here; the driver is the one
-`benchmarks/bench_streams.py` uses (a few lines of raw asyncio HTTP/1.1, cheap enough per stream
-that the client is not what is measured). Everything is bounded: a round starts no stream after its
+share a core and a GIL with the 200 clients driven from here; the driver is
+`tests/load.py`'s, which `benchmarks/bench_streams.py` uses too (a few lines of raw asyncio
+HTTP/1.1, cheap enough per stream that the client is not what is measured). Everything is bounded: a round starts no stream after its
 deadline and gives each stream 60 s.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from benchmarks.bench_streams import (
+from tests.load import (
     RoundResult,
     cpu_seconds,
     drive,
