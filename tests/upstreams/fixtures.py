@@ -22,6 +22,7 @@ from tests.upstreams.llama import LlamaServer, running_llama_server
 SESSION_CTX = 4096  # room for a short chat with the tool schemas (~1,200 tokens)
 
 
+@pytest.hookimpl(trylast=True)  # after -m has deselected: a plain `pytest` (fast tier) builds nothing
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     llama_items = [item for item in items if item.get_closest_marker("llama")]
     if not llama_items or llama_build.is_built():
