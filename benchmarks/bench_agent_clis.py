@@ -40,7 +40,7 @@ def main() -> None:
         matrix = [(c, t, w) for c, t in clients for w in (16_000, 32_000, 128_000)]
     missing = sorted({c for c, _, _ in matrix if not installed(c)})
     if missing:
-        sys.exit(f"not installed: {missing}; run: npm ci --prefix tests/clis")
+        sys.exit(f"not installed: {missing}; run: npm install --prefix tests/clis")
     print(f"{steps} steps a run; tokens by cl100k_base\n")
     print(HEADER, flush=True)
     started = time.monotonic()

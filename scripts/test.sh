@@ -12,7 +12,9 @@ VENV_EXTRAS=test,dev,tokenizers,bench . scripts/venv.sh
 if [ "${FAST:-0}" != "1" ] && command -v npm >/dev/null 2>&1; then
     npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
     # The real agent CLIs (Claude Code, Codex, opencode), pinned by tests/clis/package-lock.json.
-    npm ci --prefix tests/clis --no-audit --no-fund --loglevel=error
+    # `npm install` with the lock, not `npm ci`: the registry serves only this platform's opencode
+    # binary, and `npm ci` refuses a lock without every platform's optional package.
+    npm install --prefix tests/clis --no-audit --no-fund --no-save --loglevel=error
 fi
 
 # FAST=1: pyproject's default selection, the fast tier (no process, no network). Otherwise every tier:
