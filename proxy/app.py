@@ -20,8 +20,8 @@ from starlette.responses import Response
 
 from proxy import __version__
 from proxy.chat import parse_json_object
-from proxy.errors import ProxyError, error_response
-from proxy.formats import FORMATS, ROUTES, Route, format_for_path, match_route
+from proxy.errors import ErrorShape, ProxyError, error_response
+from proxy.formats import Passthrough, Route, RouteTable
 from proxy.intake import raw_path, read_json_body
 from proxy.metrics import Metrics
 from proxy.middleware import CountRequests, RequestId, RequireApiKey
@@ -32,20 +32,19 @@ from proxy.upstream import StreamBroken, build_transport
 log = logging.getLogger("proxy")
 
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
-# The upstream's other routes, forwarded as they are: (prefix, path sent upstream, from the root).
-PASSTHROUGHS = (
-    ("/v1", lambda path: path.removeprefix("/v1"), False),  # any other route of the upstream's
-    ("/api", lambda path: path, True),  # Ollama's native API (not compacted)
-    ("/openai", lambda path: path, True),  # Azure OpenAI's other routes, like its chat
-    ("/deployments", lambda path: path, False),
-)
 
 
-def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    routes: RouteTable | None = None,
+) -> FastAPI:
     """The proxy for `settings`, over `transport` (the pooled upstream transport when None: tests
-    inject a mock, since `httpx.ASGITransport` skips lifespan)."""
-    metrics = Metrics()
-    pipeline = Pipeline(settings, transport or build_transport(settings), metrics)
+    inject a mock, since `httpx.ASGITransport` skips lifespan), routing by `routes` (the proxy's
+    own table when None)."""
+    table, metrics = routes or RouteTable(), Metrics()
+    pipeline = Pipeline(settings, transport or build_transport(settings), metrics, table)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -57,7 +56,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app = FastAPI(title="compacting-proxy", version=__version__, lifespan=lifespan)
     app.state.settings, app.state.metrics, app.state.pipeline = settings, metrics, pipeline
     app.state.planner = pipeline.planner
-    for kind, handler in ERROR_HANDLERS.items():
+    for kind, handler in error_handlers(table).items():
         app.add_exception_handler(kind, handler)
     app.add_api_route("/healthz", healthz, methods=["GET"])
 
@@ -70,47 +69,29 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.post("/compact")
-    async def dry_run(request: Request) -> Response:
-        """Compact a request without calling the upstream: the body of a chat request, or of another
-        format named by a `format` field (`responses`, `messages`, `ollama`, `azure`)."""
-        body = parse_json_object(await read_json_body(request, settings.max_body_bytes))
-        named = body.get("format")
-        if isinstance(named, str) and named in FORMATS:
-            body = {k: v for k, v in body.items() if k != "format"}
-            return await pipeline.compact_report(request, FORMATS[named], body, {})
-        return await pipeline.compact_report(request, FORMATS["chat"], body, {})
-
-    @app.post("/compact/{path:path}", include_in_schema=False)
-    async def dry_run_for(request: Request, path: str) -> Response:
-        """The dry run for the format a compacted route speaks, e.g. `/compact/v1/messages`."""
-        matched = match_route("/" + path)
-        if matched is None:
-            raise ProxyError(404, f"No compacted route /{path}.", code="not_found")
-        body = parse_json_object(await read_json_body(request, settings.max_body_bytes))
-        return await pipeline.compact_report(request, matched[0].format, body, matched[1])
-
-    for route in ROUTES:
+    app.add_api_route("/compact", dry_run(pipeline), methods=["POST"])
+    app.add_api_route(
+        "/compact/{path:path}", dry_run_for(pipeline), methods=["POST"], include_in_schema=False
+    )
+    for route in table.routes:
         app.add_api_route(
-            route.path,
-            compacting(pipeline, route),
-            methods=["POST"],
-            include_in_schema=route.format is FORMATS["chat"],
+            route.path, compacting(pipeline, route), methods=["POST"], include_in_schema=route.documented
         )
-    for prefix, upstream_path, from_root in PASSTHROUGHS:
+    for passthrough in table.passthroughs:
         app.add_api_route(
-            prefix + "/{path:path}",
-            passing(pipeline, upstream_path, from_root),
+            passthrough.prefix + "/{path:path}",
+            passing(pipeline, passthrough),
             methods=PASSTHROUGH_METHODS,
-            include_in_schema=False,
+            include_in_schema=False,  # the upstream's other routes, forwarded as they are
         )
-    app.add_middleware(RequireApiKey, api_keys=pipeline.api_keys)
+    app.add_middleware(RequireApiKey, api_keys=pipeline.api_keys, routes=table)
     app.add_middleware(RequestId)
-    app.add_middleware(CountRequests, metrics=metrics)
+    app.add_middleware(CountRequests, metrics=metrics, routes=table)
     return app
 
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+ErrorHandler = Callable[[Request, Exception], Coroutine[Any, Any, Response]]
 
 
 def compacting(pipeline: Pipeline, route: Route) -> Handler:
@@ -120,11 +101,40 @@ def compacting(pipeline: Pipeline, route: Route) -> Handler:
     return compact_route
 
 
-def passing(pipeline: Pipeline, upstream_path: Callable[[str], str], from_root: bool) -> Handler:
-    async def passthrough(request: Request) -> Response:
-        return await pipeline.forward_as_is(request, upstream_path(raw_path(request)), from_root=from_root)
+def passing(pipeline: Pipeline, passthrough: Passthrough) -> Handler:
+    async def forward_route(request: Request) -> Response:
+        path = passthrough.upstream_path(raw_path(request))
+        return await pipeline.forward_as_is(request, path, from_root=passthrough.from_root)
 
-    return passthrough
+    return forward_route
+
+
+def dry_run(pipeline: Pipeline) -> Handler:
+    async def dry_run(request: Request) -> Response:
+        """Compact a request without calling the upstream: the body of a chat request, or of another
+        format named by a `format` field (`responses`, `messages`, `ollama`, `azure`)."""
+        table = pipeline.routes
+        body = parse_json_object(await read_json_body(request, pipeline.settings.max_body_bytes))
+        named = body.get("format")
+        if isinstance(named, str) and (route := table.for_format(named)) is not None:
+            body = {k: v for k, v in body.items() if k != "format"}
+            return await pipeline.compact_report(request, route, body, {})
+        return await pipeline.compact_report(request, table.default, body, {})
+
+    return dry_run
+
+
+def dry_run_for(pipeline: Pipeline) -> Handler:
+    async def dry_run_for(request: Request) -> Response:
+        """The dry run for the format a compacted route speaks, e.g. `/compact/v1/messages`."""
+        path = request.path_params["path"]
+        matched = pipeline.routes.match("/" + path)
+        if matched is None:
+            raise ProxyError(404, f"No compacted route /{path}.", code="not_found")
+        body = parse_json_object(await read_json_body(request, pipeline.settings.max_body_bytes))
+        return await pipeline.compact_report(request, matched[0], body, matched[1])
+
+    return dry_run_for
 
 
 async def healthz() -> dict[str, str]:
@@ -132,48 +142,43 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-# Errors in the shape of the client's protocol (Anthropic's on its routes).
-async def on_proxy_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ProxyError)
-    return exc.to_response(shape=format_for_path(request.url.path).error_body)
+def error_handlers(table: RouteTable) -> dict[Any, ErrorHandler]:
+    """Errors in the shape of the client's protocol (Anthropic's on its routes)."""
 
+    def shape(request: Request) -> ErrorShape:
+        return table.for_path(request.url.path).format.error_body
 
-async def on_http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, StarletteHTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-    return error_response(
-        exc.status_code,
-        str(exc.detail),
-        type="invalid_request_error",
-        code=code,
-        shape=format_for_path(request.url.path).error_body,
-    )
+    async def on_proxy_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ProxyError)
+        return exc.to_response(shape=shape(request))
 
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return error_response(
+            exc.status_code, str(exc.detail), type="invalid_request_error", code=code, shape=shape(request)
+        )
 
-async def on_validation_error(request: Request, exc: Exception) -> Response:
-    return error_response(
-        400, str(exc), type="invalid_request_error", shape=format_for_path(request.url.path).error_body
-    )
+    async def on_validation_error(request: Request, exc: Exception) -> Response:
+        return error_response(400, str(exc), type="invalid_request_error", shape=shape(request))
 
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        if not isinstance(exc, StreamBroken):  # a broken upstream stream was logged where it broke
+            log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(
+            500,
+            "The proxy failed to handle this request.",
+            type="server_error",
+            code="internal_error",
+            shape=shape(request),
+        )
 
-async def on_unexpected(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, StreamBroken):  # a broken upstream stream was logged where it broke
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-    return error_response(
-        500,
-        "The proxy failed to handle this request.",
-        type="server_error",
-        code="internal_error",
-        shape=format_for_path(request.url.path).error_body,
-    )
-
-
-ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Coroutine[Any, Any, Response]]] = {
-    ProxyError: on_proxy_error,
-    StarletteHTTPException: on_http_error,
-    RequestValidationError: on_validation_error,
-    Exception: on_unexpected,
-}
+    return {
+        ProxyError: on_proxy_error,
+        StarletteHTTPException: on_http_error,
+        RequestValidationError: on_validation_error,
+        Exception: on_unexpected,
+    }
 
 
 def app_from_env() -> FastAPI:

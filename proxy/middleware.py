@@ -11,7 +11,7 @@ from email.utils import formatdate
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import error_response
-from proxy.formats import format_for_path, match_route
+from proxy.formats import RouteTable
 from proxy.logs import request_id
 from proxy.metrics import Metrics
 
@@ -21,15 +21,16 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 class CountRequests:
     """`compact_requests_total` by route label and the status the client got (500 if none was sent)."""
 
-    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, routes: RouteTable) -> None:
         self.app = app
         self.metrics = metrics
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        route = route_of(scope["path"])
+        route = self.routes.label(scope["path"])
         status = 500
 
         async def send_counted(message: Message) -> None:
@@ -84,9 +85,10 @@ class RequireApiKey:
     """With `COMPACT_API_KEYS` set, every path but the open ones needs one of the keys, as a bearer
     token, `x-api-key` or `api-key`; else a 401 in the shape of the path's protocol."""
 
-    def __init__(self, app: ASGIApp, *, api_keys: list[bytes]) -> None:
+    def __init__(self, app: ASGIApp, *, api_keys: list[bytes], routes: RouteTable) -> None:
         self.app = app
         self.api_keys = api_keys
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.api_keys or scope["path"] in OPEN_PATHS:
@@ -98,7 +100,7 @@ class RequireApiKey:
                 "Missing or invalid API key for this proxy.",
                 type="invalid_request_error",
                 code="invalid_api_key",
-                shape=format_for_path(scope["path"]).error_body,
+                shape=self.routes.for_path(scope["path"]).format.error_body,
             )(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -108,15 +110,3 @@ class RequireApiKey:
         given = [bearer.strip()] if scheme.lower() == b"bearer" else []
         given += [headers[name].strip() for name in (b"x-api-key", b"api-key") if name in headers]
         return any(hmac.compare_digest(key, allowed) for key in given for allowed in self.api_keys)
-
-
-def route_of(path: str) -> str:
-    """The metrics label of a path: the format of a compacted route, else what kind of path it is."""
-    matched = match_route(path)
-    if matched is not None:
-        return matched[0].format.name
-    if path.startswith(("/v1/", "/api/", "/openai/", "/deployments/")):
-        return "passthrough"
-    return {"/compact": "compact", "/healthz": "healthz", "/readyz": "readyz", "/metrics": "metrics"}.get(
-        path, "other"
-    )

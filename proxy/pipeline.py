@@ -24,13 +24,12 @@ from proxy.cache import SummaryCache
 from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_object
 from proxy.errors import ProxyError, error_response
 from proxy.formats import (
-    FORMATS,
     Conversation,
     Route,
+    RouteTable,
     WireFormat,
     client_field,
     context_edits,
-    format_for_path,
     server_manages_context,
 )
 from proxy.intake import check_messages, check_path, raw_path, read_body, read_json_body, until_disconnect
@@ -59,8 +58,6 @@ log = logging.getLogger("proxy")
 
 LOGGED_BODY_BYTES = 64 * 1024
 OFFLOAD_BYTES = 1024 * 1024
-# Where a configured upstream key goes, by wire format, when that server reads its own header.
-KEY_HEADERS = {"messages": b"x-api-key", "azure": b"api-key"}
 # `/readyz` is open to anyone: its answer is reused this long, so it cannot be made a way to send
 # the upstream a request per request.
 READY_TTL = 2.0
@@ -94,9 +91,12 @@ class Exchange:
 class Pipeline:
     """The proxy's parts, wired once over one upstream transport, and a request's steps."""
 
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport, metrics: Metrics) -> None:
+    def __init__(
+        self, settings: Settings, transport: httpx.AsyncBaseTransport, metrics: Metrics, routes: RouteTable
+    ) -> None:
         self.settings = settings
         self.metrics = metrics
+        self.routes = routes
         key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
         self.upstream = Upstream(transport, settings.upstream_url, key, build_timeout(settings))
         # Probes and summaries are off the hot path: they may use the client's conveniences.
@@ -155,7 +155,7 @@ class Pipeline:
         body, raw, conversation = self.adapt(route.format, body, raw, request.path_params)
         if conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(request, path, raw, route))
-        plan, bridge = await self.plan(request, route.format, body, conversation)
+        plan, bridge = await self.plan(request, route, body, conversation)
         plan = await self.summarise(request, conversation.request, plan)
         self.check_overflow(route.format, body, conversation, plan)
         self.log_plan(raw, plan)
@@ -186,21 +186,21 @@ class Pipeline:
         return body, raw, conversation
 
     async def plan(
-        self, request: Request, wire: WireFormat, body: dict[str, Any], conversation: Conversation
+        self, request: Request, route: Route, body: dict[str, Any], conversation: Conversation
     ) -> tuple[ChatPlan, OllamaBridge | None]:
         """The engine's plan for the window the request will get, and the Ollama bridge if it goes
         to Ollama's native API."""
-        bridge = await self.ollama_bridge(request, wire, body)
+        bridge = await self.ollama_bridge(request, route, body)
         window = conversation.window or (bridge.num_ctx if bridge else None)
         plan = await self.planner.plan(conversation.request, self.credentials(request), window_tokens=window)
         return plan, bridge
 
     async def ollama_bridge(
-        self, request: Request, wire: WireFormat, body: dict[str, Any]
+        self, request: Request, route: Route, body: dict[str, Any]
     ) -> OllamaBridge | None:
-        """For an Ollama upstream, an OpenAI chat goes to its native API with the window the proxy
-        compacts for (its `/v1` ignores `num_ctx`); None when the request stays on its route."""
-        if wire is not FORMATS["chat"]:
+        """For an Ollama upstream, a bridged route (an OpenAI chat) goes to its native API with the
+        window the proxy compacts for (its `/v1` ignores `num_ctx`); None when it stays on its route."""
+        if not route.bridged:
             return None
         return await self.ollama.bridge(body, self.credentials(request))
 
@@ -257,7 +257,7 @@ class Pipeline:
             content = bridge.request_bytes(
                 {**exchange.body, "messages": plan.result.messages}, plan.max_tokens
             )
-            response = await self.send(request, "/api/chat", content, route.format.name, from_root=True)
+            response = await self.send(request, bridge.path, content, route.format.name, from_root=True)
             learn = functools.partial(self.planner.read_report, plan)
             return await relay_from_ollama(response, bridge, plan.headers(), learn, self.metrics)
         content = exchange.content(plan)
@@ -333,7 +333,7 @@ class Pipeline:
         that was not asked to stream (to learn the prompt size it reports)."""
         metrics, planner = self.metrics, self.planner
         if plan is None or exchange is None:
-            stream_format = format_for_path(request.url.path).name
+            stream_format = self.routes.for_path(request.url.path).format.name
             return StreamedResponse(response, metrics=metrics, stream_format=stream_format)
         extra = plan.headers()
         reported = exchange.route.format.reported_prompt_tokens
@@ -382,22 +382,23 @@ class Pipeline:
         if self.api_keys:  # the client's key was for the proxy: it is not forwarded
             incoming = [(k, v) for k, v in incoming if k.lower() not in CREDENTIAL_HEADERS]
         if key_header is None:
-            key_header = KEY_HEADERS.get(format_for_path(request.url.path).name)
+            key_header = self.routes.for_path(request.url.path).key_header
         return self.upstream.request_headers(incoming, key_header=key_header)
 
     # ------------------------------------------------------------------ the dry run and readiness
 
     async def compact_report(
-        self, request: Request, wire: WireFormat, body: dict[str, Any], params: dict[str, str]
+        self, request: Request, route: Route, body: dict[str, Any], params: dict[str, str]
     ) -> Response:
-        """`/compact`: what the proxy would send, without calling the upstream."""
+        """`/compact`: what the proxy would send on `route`, without calling the upstream."""
+        wire = route.format
         body, _, conversation = self.adapt(wire, body, b"", params)
         if conversation is None:
             report: dict[str, Any] = {"messages": None, "report": {"compacted": False, "left_alone": True}}
             return Response(dump_json(report), media_type="application/json")
-        plan, _ = await self.plan(request, wire, body, conversation)
+        plan, _ = await self.plan(request, route, body, conversation)
         report = {"messages": plan.result.messages, "report": plan.report()}
-        if wire is not FORMATS["chat"]:
+        if route.report_body:
             report["body"] = wire.write(body, conversation, plan) if plan.result.changed else body
         return Response(dump_json(report), media_type="application/json")
 
