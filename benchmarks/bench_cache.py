@@ -71,10 +71,10 @@ if str(HERE) not in sys.path:
 
 import conversations as sim  # noqa: E402
 
-from proxy.chat import budget_for  # noqa: E402
-from proxy.compaction import Budget, Policy, compact  # noqa: E402
+from proxy.counting.tokens import RequestCounter, count_chars4  # noqa: E402
+from proxy.engine.chat import budget_for  # noqa: E402
+from proxy.engine.compaction import Budget, Policy, compact  # noqa: E402
 from proxy.settings import ModelWindow  # noqa: E402
-from proxy.tokens import RequestCounter, count_chars4  # noqa: E402
 
 Message = dict[str, Any]
 COUNTER = RequestCounter(count_chars4)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from corpus import CORPUS, MAIN_CATEGORIES
 
-from proxy.estimator import estimate_text_tokens
-from proxy.tokenizers import load_text_counter
+from proxy.counting.estimator import estimate_text_tokens
+from proxy.counting.tokenizers import load_text_counter
 
 BOUND = 0.15
 COUNTERS = {"cl100k": "cl100k_base", "qwen2.5": "qwen2.5", "qwen3.6": "qwen3.6"}

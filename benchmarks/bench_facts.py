@@ -33,7 +33,7 @@ if str(HERE) not in sys.path:
 import bench_cache  # noqa: E402
 import conversations as sim  # noqa: E402
 
-from proxy.compaction import Budget, CompactionResult, Policy, compact  # noqa: E402
+from proxy.engine.compaction import Budget, CompactionResult, Policy, compact  # noqa: E402
 
 Message = dict[str, Any]
 COUNT = bench_cache.COUNT

@@ -57,13 +57,13 @@ if str(HERE) not in sys.path:
 import agent_loops as sim  # noqa: E402
 from bench_cache import common_prefix, plain_proxy  # noqa: E402
 
-from proxy.cache import LruCache  # noqa: E402
-from proxy.chat import budget_for  # noqa: E402
-from proxy.compaction import Policy, compact  # noqa: E402
-from proxy.notes import NOTE_PREFIX  # noqa: E402
+from proxy.counting.cache import LruCache  # noqa: E402
+from proxy.counting.tokenizers import load_text_counter  # noqa: E402
+from proxy.counting.tokens import MemoTextCounter, RequestCounter  # noqa: E402
+from proxy.engine.chat import budget_for  # noqa: E402
+from proxy.engine.compaction import Policy, compact  # noqa: E402
+from proxy.engine.notes import NOTE_PREFIX  # noqa: E402
 from proxy.settings import ModelWindow  # noqa: E402
-from proxy.tokenizers import load_text_counter  # noqa: E402
-from proxy.tokens import MemoTextCounter, RequestCounter  # noqa: E402
 
 Message = dict[str, Any]
 BODY: dict[str, Any] = {"model": "simulated", "tools": sim.TOOL_SCHEMAS}

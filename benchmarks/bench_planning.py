@@ -34,7 +34,7 @@ import asyncio, json, sys, time
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, sys.argv[2])
 from chat_bodies import small_chat, large_chat
-from proxy.planner import Planner
+from proxy.upstream.planner import Planner
 from proxy.settings import Settings
 
 def loop_chat():

@@ -36,7 +36,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from proxy.transport import UpstreamTransport
+from proxy.upstream.transport import UpstreamTransport
 
 HOST = "127.0.0.1"
 PAYLOAD = json.dumps(

@@ -15,7 +15,7 @@ import pytest
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from proxy.protocol import LimitedHttpToolsProtocol
+from proxy.server.protocol import LimitedHttpToolsProtocol
 
 LIMIT = 1024
 

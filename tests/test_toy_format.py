@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.app import create_app
-from proxy.chat import Body, ChatPlan
+from proxy.engine.chat import Body, ChatPlan
 from proxy.formats import ROUTES, Conversation, Route, RouteTable
 from proxy.formats.base import Part, rebuild, rewrite_items
+from proxy.server.app import create_app
 from tests.fakes import RecordingUpstream, make_settings
 
 

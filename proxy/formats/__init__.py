@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import urllib.parse
 
-from proxy.chat import Body
-from proxy.estimator import estimate_text_tokens
+from proxy.counting.estimator import estimate_text_tokens
+from proxy.counting.tokens import json_text
+from proxy.engine.chat import Body
 from proxy.formats.anthropic import apply_context_edits
 from proxy.formats.base import Conversation, WireFormat, str_field
 from proxy.formats.responses import SERVER_COMPACTION
@@ -24,7 +25,6 @@ from proxy.formats.routes import (
     Route,
     RouteTable,
 )
-from proxy.tokens import json_text
 
 __all__ = [
     "ANTHROPIC",

@@ -20,8 +20,12 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.cache import SummaryCache
-from proxy.chat import ChatPlan, context_length_error, dump_json, parse_json_object
+from proxy.bridges.ollama.bridge import OllamaBridge
+from proxy.bridges.ollama.relay import TRUNCATED_HEADER, relay_from_ollama
+from proxy.bridges.ollama.upstream import OllamaUpstream
+from proxy.counting.cache import SummaryCache
+from proxy.engine.chat import ChatPlan, context_length_error, dump_json, parse_json_object
+from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.errors import ProxyError, error_response
 from proxy.formats import (
     Conversation,
@@ -32,18 +36,18 @@ from proxy.formats import (
     context_edits,
     server_manages_context,
 )
-from proxy.intake import check_messages, check_path, raw_path, read_body, read_json_body, until_disconnect
-from proxy.logs import request_id
 from proxy.metrics import Metrics
-from proxy.ollama import OllamaUpstream
-from proxy.ollama_bridge import OllamaBridge
-from proxy.ollama_relay import TRUNCATED_HEADER, relay_from_ollama
-from proxy.overflow import OVERFLOW_STATUSES, parse_overflow
-from proxy.planner import Planner
-from proxy.probes import UpstreamTokenCounter, WindowDetector
+from proxy.server.intake import (
+    check_messages,
+    check_path,
+    raw_path,
+    read_body,
+    read_json_body,
+    until_disconnect,
+)
+from proxy.server.logs import request_id
 from proxy.settings import Settings
-from proxy.summarizer import Summarizer
-from proxy.upstream import (
+from proxy.upstream.forwarding import (
     CREDENTIAL_HEADERS,
     TAIL_BYTES,
     StreamedResponse,
@@ -53,6 +57,9 @@ from proxy.upstream import (
     is_event_stream,
     read_raw,
 )
+from proxy.upstream.planner import Planner
+from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
+from proxy.upstream.summarizer import Summarizer
 
 log = logging.getLogger("proxy")
 

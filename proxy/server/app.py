@@ -1,7 +1,7 @@
 """The FastAPI app: its routes, error handlers and middleware, over one `Pipeline`.
 
 `create_app(settings)` wires the parts once, over the pooled upstream transport or an injected one
-(tests pass a mock transport); what a request goes through is read in `proxy/pipeline.py`.
+(tests pass a mock transport); what a request goes through is read in `pipeline.py`.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from proxy import __version__
-from proxy.chat import parse_json_object
+from proxy.engine.chat import parse_json_object
 from proxy.errors import ErrorShape, ProxyError, error_response
 from proxy.formats import Passthrough, Route, RouteTable
-from proxy.intake import raw_path, read_json_body
 from proxy.metrics import Metrics
-from proxy.middleware import CountRequests, RequestId, RequireApiKey
-from proxy.pipeline import Pipeline
+from proxy.server.intake import raw_path, read_json_body
+from proxy.server.middleware import CountRequests, RequestId, RequireApiKey
+from proxy.server.pipeline import Pipeline
 from proxy.settings import Settings
-from proxy.upstream import StreamBroken, build_transport
+from proxy.upstream.forwarding import StreamBroken, build_transport
 
 log = logging.getLogger("proxy")
 

@@ -12,8 +12,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import error_response
 from proxy.formats import RouteTable
-from proxy.logs import request_id
 from proxy.metrics import Metrics
+from proxy.server.logs import request_id
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
