@@ -63,7 +63,7 @@ def create_app(
     @app.get("/readyz")
     async def readyz() -> Response:
         """The upstream answers (any HTTP status counts: it is reachable)."""
-        return await pipeline.ready()
+        return await pipeline.readiness.answer()
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -9,7 +9,6 @@ them. `compact_and_forward` is the whole compacted route; `forward_as_is` every 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -26,7 +25,7 @@ from proxy.bridges.ollama.upstream import OllamaUpstream
 from proxy.counting.cache import SummaryCache
 from proxy.engine.chat import ChatPlan, context_length_error, dump_json, parse_json_object
 from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
-from proxy.errors import ProxyError, error_response
+from proxy.errors import ProxyError
 from proxy.formats import (
     Conversation,
     Route,
@@ -46,6 +45,7 @@ from proxy.server.intake import (
     until_disconnect,
 )
 from proxy.server.logs import request_id
+from proxy.server.readiness import Readiness
 from proxy.settings import Settings
 from proxy.upstream.forwarding import (
     CREDENTIAL_HEADERS,
@@ -65,10 +65,6 @@ log = logging.getLogger("proxy")
 
 LOGGED_BODY_BYTES = 64 * 1024
 OFFLOAD_BYTES = 1024 * 1024
-# `/readyz` is open to anyone: its answer is reused this long, so it cannot be made a way to send
-# the upstream a request per request.
-READY_TTL = 2.0
-READY_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +138,7 @@ class Pipeline:
             metrics.watch_table(name, functools.partial(len, table))
         self.api_keys = [key.get_secret_value().encode() for key in settings.api_keys]
         self._upstream_kind = {"upstream_url": settings.upstream_url, "upstream_kind": settings.upstream_kind}
-        self._ready_lock = asyncio.Lock()
-        self._ready: tuple[float, str | None] = (float("-inf"), None)  # when last asked, and the error
+        self.readiness = Readiness(self.upstream)
 
     async def aclose(self, *, transport: bool) -> None:
         """Close the summary cache, and the transport too when the app built it."""
@@ -392,7 +387,7 @@ class Pipeline:
             key_header = self.routes.for_path(request.url.path).key_header
         return self.upstream.request_headers(incoming, key_header=key_header)
 
-    # ------------------------------------------------------------------ the dry run and readiness
+    # ------------------------------------------------------------------ the dry run
 
     async def compact_report(
         self, request: Request, route: Route, body: dict[str, Any], params: dict[str, str]
@@ -408,34 +403,3 @@ class Pipeline:
         if route.report_body:
             report["body"] = wire.write(body, conversation, plan) if plan.result.changed else body
         return Response(dump_json(report), media_type="application/json")
-
-    async def ready(self) -> Response:
-        """The upstream answers (any HTTP status counts: it is reachable). Only its status line is
-        read, and one answer serves every `/readyz` for `READY_TTL` seconds."""
-        async with self._ready_lock:
-            if time.monotonic() - self._ready[0] >= READY_TTL:
-                error = await ask_ready(self.upstream)
-                self._ready = (time.monotonic(), error)
-        if self._ready[1] is not None:
-            return error_response(
-                503,
-                f"The upstream does not answer: {self._ready[1]}.",
-                type="upstream_error",
-                code="upstream_unreachable",
-            )
-        return Response(b'{"status":"ready"}', media_type="application/json")
-
-
-async def ask_ready(upstream: Upstream) -> str | None:
-    """None if the upstream answers `GET /models` at all, else why not. The body is never read."""
-    try:
-        response = await asyncio.wait_for(
-            upstream.open("GET", upstream.url("/models"), upstream.request_headers([]), b""), READY_TIMEOUT
-        )
-    except TimeoutError:
-        return "ReadTimeout"
-    except ProxyError as exc:
-        return type(exc.__cause__).__name__ if exc.__cause__ else exc.code or "error"
-    with contextlib.suppress(httpx.HTTPError):
-        await response.aclose()
-    return None
