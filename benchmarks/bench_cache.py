@@ -66,10 +66,10 @@ from typing import Any
 import orjson
 
 from benchmarks import conversations as sim
-from proxy.chat import budget_for
-from proxy.compaction import Budget, Policy, compact
+from proxy.counting.tokens import RequestCounter, count_chars4
+from proxy.engine.chat import budget_for
+from proxy.engine.compaction import Budget, Policy, compact
 from proxy.settings import ModelWindow
-from proxy.tokens import RequestCounter, count_chars4
 
 HERE = Path(__file__).resolve().parent
 

@@ -19,10 +19,10 @@ import time
 
 import orjson
 
-from proxy.cache import LruCache
-from proxy.compaction import Budget, Policy, compact
-from proxy.planner import text_counter
-from proxy.tokens import RequestCounter
+from proxy.counting.cache import LruCache
+from proxy.counting.tokens import RequestCounter
+from proxy.engine.compaction import Budget, Policy, compact
+from proxy.upstream.planner import text_counter
 from tests.conversations import agent_chat
 
 SIZES = (100, 300, 1_000, 3_000, 10_000)

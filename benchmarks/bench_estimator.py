@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from proxy.estimator import estimate_text_tokens
-from proxy.tokenizers import load_text_counter
+from proxy.counting.estimator import estimate_text_tokens
+from proxy.counting.tokenizers import load_text_counter
 from tests.corpus import CORPUS, MAIN_CATEGORIES
 
 BOUND = 0.15

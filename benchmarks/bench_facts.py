@@ -28,7 +28,7 @@ from typing import Any
 
 from benchmarks import bench_cache
 from benchmarks import conversations as sim
-from proxy.compaction import Budget, CompactionResult, Policy, compact
+from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
 
 HERE = Path(__file__).resolve().parent
 

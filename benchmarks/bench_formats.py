@@ -16,13 +16,13 @@ from typing import Any
 
 import orjson
 
-from proxy.cache import LruCache
-from proxy.chat import dump_json, parse_json_object, plan_chat
-from proxy.compaction import Policy
+from proxy.counting.cache import LruCache
+from proxy.counting.tokens import RequestCounter
+from proxy.engine.chat import dump_json, parse_json_object, plan_chat
+from proxy.engine.compaction import Policy
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
-from proxy.planner import text_counter
 from proxy.settings import ModelWindow
-from proxy.tokens import RequestCounter
+from proxy.upstream.planner import text_counter
 from tests.conversations import agent_chat
 from tests.format_chats import as_anthropic, as_responses
 

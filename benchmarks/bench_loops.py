@@ -52,13 +52,13 @@ import orjson
 
 from benchmarks import agent_loops as sim
 from benchmarks.bench_cache import common_prefix, plain_proxy
-from proxy.cache import LruCache
-from proxy.chat import budget_for
-from proxy.compaction import Policy, compact
-from proxy.notes import NOTE_PREFIX
+from proxy.counting.cache import LruCache
+from proxy.counting.tokenizers import load_text_counter
+from proxy.counting.tokens import MemoTextCounter, RequestCounter
+from proxy.engine.chat import budget_for
+from proxy.engine.compaction import Policy, compact
+from proxy.engine.notes import NOTE_PREFIX
 from proxy.settings import ModelWindow
-from proxy.tokenizers import load_text_counter
-from proxy.tokens import MemoTextCounter, RequestCounter
 
 HERE = Path(__file__).resolve().parent
 

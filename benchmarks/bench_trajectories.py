@@ -64,13 +64,13 @@ from typing import Any
 from benchmarks import trajectories as gen
 from benchmarks.bench_cache import plain_proxy
 from benchmarks.bench_loops import CLEARED, clear_tool_uses
-from proxy.chat import plan_chat
-from proxy.notes import NOTE_PREFIX
-from proxy.overflow import Overflow
-from proxy.planner import Planner
+from proxy.counting.tokenizers import load_text_counter
+from proxy.counting.tokens import MemoTextCounter, RequestCounter, TextCounter, text_of
+from proxy.engine.chat import plan_chat
+from proxy.engine.notes import NOTE_PREFIX
+from proxy.engine.overflow import Overflow
 from proxy.settings import Settings
-from proxy.tokenizers import load_text_counter
-from proxy.tokens import MemoTextCounter, RequestCounter, TextCounter, text_of
+from proxy.upstream.planner import Planner
 
 HERE = Path(__file__).resolve().parent
 

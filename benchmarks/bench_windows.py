@@ -17,13 +17,13 @@ import sys
 import time
 
 from benchmarks import agent_loops as sim
-from proxy.cache import LruCache
-from proxy.chat import budget_for
-from proxy.compaction import Policy, compact
-from proxy.estimator import estimate_text_tokens
-from proxy.planner import NOTE_MEMO_SIZE
+from proxy.counting.cache import LruCache
+from proxy.counting.estimator import estimate_text_tokens
+from proxy.counting.tokens import MemoTextCounter, RequestCounter
+from proxy.engine.chat import budget_for
+from proxy.engine.compaction import Policy, compact
 from proxy.settings import ModelWindow
-from proxy.tokens import MemoTextCounter, RequestCounter
+from proxy.upstream.planner import NOTE_MEMO_SIZE
 
 WINDOWS = (8_000, 16_000, 32_000)
 HISTORY_TOKENS = 100_000

@@ -573,7 +573,7 @@ class _Writer:
 
 
 def main(argv: list[str]) -> None:
-    from proxy.tokens import RequestCounter, count_chars4
+    from proxy.counting.tokens import RequestCounter, count_chars4
 
     turns = int(argv[0]) if argv else 200
     conversation = simulate(turns)

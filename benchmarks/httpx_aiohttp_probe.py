@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from proxy.transport import UpstreamTransport
+from proxy.upstream.transport import UpstreamTransport
 
 HOST = "127.0.0.1"
 PAYLOAD = json.dumps(

@@ -57,7 +57,7 @@ def load_settings(env_file: str | None) -> Settings:
     except ValidationError as exc:
         print(f"compacting-proxy: {describe_validation_error(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
-    from proxy.planner import check_tokenizers
+    from proxy.upstream.planner import check_tokenizers
 
     try:
         check_tokenizers(settings)
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from proxy.logs import log_config
+    from proxy.server.logs import log_config
 
     settings = load_settings(args.env_file)  # fail fast, in the parent, with a readable message
     if args.env_file:
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         "access_log": not args.no_access_log,
         "timeout_graceful_shutdown": args.timeout_graceful_shutdown,
         "factory": True,
-        "http": "proxy.protocol:LimitedHttpToolsProtocol",
+        "http": "proxy.server.protocol:LimitedHttpToolsProtocol",
         "timeout_keep_alive": settings.keep_alive_timeout,
         # Forwarded answers carry the upstream's own Date and Server; the app adds a Date only to a
         # response that has none (its own answers, or an upstream's without one).
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler it
     # found installed: make that one a clean exit, status 0, as containers expect.
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    uvicorn.run("proxy.app:app_from_env", **options)
+    uvicorn.run("proxy.server.app:app_from_env", **options)
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from proxy.settings import Settings
 from proxy.stub import create_stub
 

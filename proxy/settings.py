@@ -24,12 +24,12 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from proxy.tokenizers import is_known, known_specs
+from proxy.counting.tokenizers import is_known, known_specs
 
 ENV_PREFIX = "COMPACT_"
 
 
-# Counters of the proxy's own; the exact ones are the backends of `proxy.tokenizers`.
+# Counters of the proxy's own; the exact ones are the backends of `proxy.counting.tokenizers`.
 OWN_COUNTERS = ("estimate", "chars4", "upstream")
 
 
@@ -129,7 +129,7 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=512, ge=1)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
-    # Slow clients (read by `proxy.protocol` in every worker): seconds to a complete request head,
+    # Slow clients (read by `proxy.server.protocol` in every worker): seconds to a complete request head,
     # seconds a request body may send nothing, seconds a kept-alive connection may idle, and the
     # most client connections open at once.
     header_timeout: float = Field(default=10.0, gt=0)

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.tokens import json_text
+from proxy.counting.tokens import json_text
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:

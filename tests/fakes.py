@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from proxy.settings import Settings
 
 UPSTREAM = "http://upstream.test/v1"

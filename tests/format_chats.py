@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX
-from proxy.summary import SUMMARY_PREFIX
+from proxy.engine.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX
+from proxy.engine.summary import SUMMARY_PREFIX
 
 Item = dict[str, Any]
 MARKS = (DROPPED_PREFIX, SUMMARY_PREFIX)

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from proxy.notes import CAP_WORDS, NOTE_PREFIX
+from proxy.engine.notes import CAP_WORDS, NOTE_PREFIX
 from tests.conversations import bike_shop_chat
 from tests.fakes import ClosingStream, RecordingUpstream, completion, proxy_client, sse_chunks
 

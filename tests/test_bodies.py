@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.images import anthropic_tokens, image_size, image_tokens, openai_tokens
-from proxy.notes import NOTE_PREFIX
+from proxy.counting.images import anthropic_tokens, image_size, image_tokens, openai_tokens
+from proxy.engine.notes import NOTE_PREFIX
 from tests.conversations import bike_shop_chat
 from tests.fakes import RecordingUpstream, proxy_client
 from tests.upstreams.faulty import serve_in_thread

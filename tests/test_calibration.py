@@ -4,7 +4,7 @@ import json
 
 import httpx
 
-from proxy.calibration import Calibrator, reported_prompt_tokens
+from proxy.counting.calibration import Calibrator, reported_prompt_tokens
 from tests.conversations import bike_shop_chat
 from tests.fakes import RecordingUpstream, completion, proxy_client, sse_chunks
 

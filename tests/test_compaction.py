@@ -7,9 +7,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction import Budget, CompactionResult, Policy, compact
-from proxy.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
-from proxy.tokens import RequestCounter, count_chars4
+from proxy.counting.tokens import RequestCounter, count_chars4
+from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
+from proxy.engine.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
 from tests.conversations import SYSTEM, agent_chat, bike_shop_chat, order_result, tool_call
 from tests.format_chats import is_marker_item, unmerged
 

@@ -22,7 +22,7 @@ class CountingUpstream:
     """Counts each prompt with cl100k_base, rejects it over the window, reports `usage` otherwise."""
 
     def __init__(self) -> None:
-        from proxy.tokenizers import load_text_counter
+        from proxy.counting.tokenizers import load_text_counter
 
         self.count_text = load_text_counter("cl100k_base")
         self.seen: list[int] = []
@@ -123,8 +123,8 @@ async def test_a_local_tokenizer_counts_only_near_the_line() -> None:
 
 
 def test_every_backend_spec_is_a_valid_setting_and_nothing_else_is() -> None:
+    from proxy.counting.tokenizers import BACKENDS, known_specs
     from proxy.settings import check_tokenizer
-    from proxy.tokenizers import BACKENDS, known_specs
 
     for backend in BACKENDS:
         for spec in backend.specs or (backend.example,):

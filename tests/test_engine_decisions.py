@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from proxy.compaction import Budget, CompactionResult, Policy, compact
-from proxy.notes import CAP_WORDS, is_dropped_marker
-from proxy.tokens import RequestCounter, count_chars4
+from proxy.counting.tokens import RequestCounter, count_chars4
+from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
+from proxy.engine.notes import CAP_WORDS, is_dropped_marker
 from tests.conversations import SYSTEM, tool_call
 
 Message = dict[str, Any]

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.estimator import estimate_text_tokens
-from proxy.tokenizers import load_text_counter
+from proxy.counting.estimator import estimate_text_tokens
+from proxy.counting.tokenizers import load_text_counter
 from tests.corpus import CORPUS, EN_CACHING, MAIN_CATEGORIES, PY_MODULE, ZH_TEA, json_orders
 
 # Aggregate error allowed per category against each tokenizer. The main categories must be within

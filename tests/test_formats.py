@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.chat import plan_chat
-from proxy.compaction import Policy
+from proxy.counting.tokens import RequestCounter, count_chars4
+from proxy.engine.chat import plan_chat
+from proxy.engine.compaction import Policy
+from proxy.engine.notes import DROPPED_PREFIX
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
-from proxy.notes import DROPPED_PREFIX
 from proxy.settings import ModelWindow
-from proxy.tokens import RequestCounter, count_chars4
 from tests.fakes import RecordingUpstream, proxy_client
 from tests.format_chats import ANTHROPIC as ANTHROPIC_SHAPE
 from tests.format_chats import RESPONSES as RESPONSES_SHAPE

@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.app import create_app
-from proxy.compaction import Budget, Policy, compact
-from proxy.tokens import RequestCounter, count_chars4
+from proxy.counting.tokens import RequestCounter, count_chars4
+from proxy.engine.compaction import Budget, Policy, compact
+from proxy.server.app import create_app
 from tests.fakes import RecordingUpstream, completion, make_settings
 
 FUZZ = settings(

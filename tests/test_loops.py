@@ -14,9 +14,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction import Budget, CompactionResult, Policy, compact
-from proxy.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
-from proxy.tokens import RequestCounter, count_chars4
+from proxy.counting.tokens import RequestCounter, count_chars4
+from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
+from proxy.engine.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
 from tests.fakes import RecordingUpstream, proxy_client
 from tests.format_chats import unmerged
 from tests.test_compaction import assert_invariants, assert_no_orphans
@@ -272,7 +272,7 @@ def test_nothing_is_dropped_when_dropping_would_make_it_bigger() -> None:
 
 
 async def test_level_3_summarises_the_exchanges_a_loop_dropped() -> None:
-    from proxy.summary import SUMMARY_PREFIX
+    from proxy.engine.summary import SUMMARY_PREFIX
     from tests.test_summaries import SummarisingUpstream
 
     upstream = SummarisingUpstream()
@@ -290,7 +290,7 @@ async def test_level_3_summarises_the_exchanges_a_loop_dropped() -> None:
 
 
 def test_line_numbers_of_a_listing_are_not_kept_as_facts() -> None:
-    from proxy.notes import build_note
+    from proxy.engine.notes import build_note
 
     listing = source("calc", 200).replace("return value * 2", "raise ValueError('bad payload')", 1)
     note = build_note(listing, tool="read_file", arguments='{"path": "src/calc.py"}')

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from proxy.chat import plan_chat
-from proxy.compaction import Policy
+from proxy.counting.tokens import RequestCounter, count_chars4, text_of
+from proxy.engine.chat import plan_chat
+from proxy.engine.compaction import Policy
+from proxy.engine.notes import DROPPED_PREFIX
+from proxy.engine.summary import SUMMARY_PREFIX
 from proxy.formats import ANTHROPIC, CHAT, OLLAMA, RESPONSES, WireFormat
-from proxy.notes import DROPPED_PREFIX
-from proxy.summary import SUMMARY_PREFIX
-from proxy.tokens import RequestCounter, count_chars4, text_of
 from tests.conversations import SYSTEM, order_result, tool_call
 from tests.format_chats import as_anthropic, as_responses
 from tests.test_formats import window_of

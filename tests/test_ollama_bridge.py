@@ -11,9 +11,9 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from proxy.app import create_app
-from proxy.calibration import truncated_window
-from proxy.ollama_bridge import SseTranslator
+from proxy.bridges.ollama.bridge import SseTranslator
+from proxy.counting.calibration import truncated_window
+from proxy.server.app import create_app
 from proxy.settings import Settings, describe_validation_error
 from tests.fakes import RecordingUpstream, completion, make_settings, proxy_client, sse_chunks
 from tests.upstreams.ollama import FakeOllama, ModelSpec

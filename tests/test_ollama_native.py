@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from proxy.notes import NOTE_PREFIX
+from proxy.engine.notes import NOTE_PREFIX
 from tests.conversations import SYSTEM, order_result
 from tests.fakes import ClosingStream, RecordingUpstream, proxy_client
 

@@ -7,7 +7,7 @@ import logging.config
 import httpx
 import pytest
 
-from proxy.logs import JsonFormatter, RequestIdFilter, log_config, request_id
+from proxy.server.logs import JsonFormatter, RequestIdFilter, log_config, request_id
 from tests.conversations import bike_shop_chat
 from tests.fakes import RecordingUpstream, proxy_client
 

@@ -5,7 +5,7 @@ import json
 import httpx
 import pytest
 
-from proxy.overflow import parse_overflow
+from proxy.engine.overflow import parse_overflow
 from proxy.stub import create_stub
 from tests.conversations import bike_shop_chat
 from tests.fakes import RecordingUpstream, proxy_client

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.probes import (
+from proxy.upstream.probes import (
     UpstreamTokenCounter,
     WindowDetector,
     window_from_llama_props,

@@ -1,4 +1,4 @@
-"""The head limit of `proxy.protocol`, read by read: the real uvicorn protocol fed exactly the reads
+"""The head limit of `proxy.server.protocol`, read by read: the real uvicorn protocol fed exactly the reads
 a socket could deliver (every way of cutting the same bytes), with an app that echoes body sizes.
 
 How a client's bytes are cut into reads is up to the network and the scheduler; these cuts decide
@@ -15,7 +15,7 @@ import pytest
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from proxy.protocol import LimitedHttpToolsProtocol
+from proxy.server.protocol import LimitedHttpToolsProtocol
 
 LIMIT = 1024
 

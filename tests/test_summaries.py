@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.summary import INSTRUCTIONS, SUMMARY_PREFIX, chunks
+from proxy.engine.summary import INSTRUCTIONS, SUMMARY_PREFIX, chunks
 from tests.conversations import agent_chat
 from tests.fakes import RecordingUpstream, completion, proxy_client
 from tests.format_chats import as_anthropic, as_responses

@@ -24,10 +24,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from proxy.chat import Body, ChatPlan
+from proxy.counting.tokens import json_text
+from proxy.engine.chat import Body, ChatPlan
 from proxy.errors import ProxyError, anthropic_error
 from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items, str_field
-from proxy.tokens import json_text
 
 TOOL_USES = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 THINKING = frozenset({"thinking", "redacted_thinking"})

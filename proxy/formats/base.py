@@ -1,7 +1,7 @@
 """The seam between the engine and the wire formats: what an adapter must do, and the write-back
 every adapter shares.
 
-The engine (`proxy.compaction`) works on the neutral conversation: a Chat Completions request whose
+The engine (`proxy.engine.compaction`) works on the neutral conversation: a Chat Completions request whose
 `messages` have a `role` (`system`/`developer` leading, `user`, `assistant`, `tool`), text or parts
 `content`, assistant `tool_calls` with ids and tool results with `tool_call_id`. Adapters write it
 as a chat template takes it (text and image parts, `reasoning_content`, function tools), so the
@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.chat import Body, ChatPlan
-from proxy.compaction import CompactionResult, Marker
+from proxy.engine.chat import Body, ChatPlan
+from proxy.engine.compaction import CompactionResult, Marker
 
 Message = dict[str, Any]
 

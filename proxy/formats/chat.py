@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from proxy.calibration import reported_prompt_tokens
-from proxy.chat import Body, ChatPlan, validated_messages
+from proxy.counting.calibration import reported_prompt_tokens
+from proxy.engine.chat import Body, ChatPlan, validated_messages
 from proxy.errors import openai_error
 from proxy.formats.base import Conversation
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import orjson
 
-from proxy.chat import Body
+from proxy.engine.chat import Body
 from proxy.formats.base import Conversation, int_field
 from proxy.formats.chat import ChatCompletions
 

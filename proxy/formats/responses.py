@@ -23,10 +23,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.chat import Body, ChatPlan
+from proxy.counting.tokens import json_text, text_of
+from proxy.engine.chat import Body, ChatPlan
 from proxy.errors import ProxyError, openai_error
 from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items, str_field
-from proxy.tokens import json_text, text_of
 
 NOTED_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 SERVER_COMPACTION = frozenset({"compaction", "compaction_summary"})

@@ -67,7 +67,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.tokenizers import load_text_counter
+from proxy.counting.tokenizers import load_text_counter
 
 TASK_MARK = "agent-task-7f3a"
 DONE_MARK = "TASK-COMPLETE"

@@ -19,7 +19,7 @@ import binascii
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -398,6 +398,7 @@ class OllamaBridge:
     num_ctx: int
     stream: bool = False
     include_usage: bool = False
+    path: ClassVar[str] = "/api/chat"  # from the server's root
 
     @classmethod
     def for_request(cls, body: Body, num_ctx: int) -> OllamaBridge:

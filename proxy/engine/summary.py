@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from proxy.notes import is_dropped_marker
-from proxy.tokens import json_text, text_of
+from proxy.counting.tokens import json_text, text_of
+from proxy.engine.notes import is_dropped_marker
 
 SUMMARY_PREFIX = "[Summary of earlier conversation, written to save context:"
 PROMPT_VERSION = "v1"

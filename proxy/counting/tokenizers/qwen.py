@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from proxy.tokenizers.base import Backend, TextCounter, import_package
+from proxy.counting.tokenizers.base import Backend, TextCounter, import_package
 
 
 def load(spec: str) -> TextCounter:

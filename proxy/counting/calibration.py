@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from proxy.cache import ModelTable
+from proxy.counting.cache import ModelTable
 
 # A prompt the upstream counts as much smaller than estimated is more likely a cache artefact (some
 # servers report only the tokens they had to evaluate) than a real overcount: such ratios are ignored.

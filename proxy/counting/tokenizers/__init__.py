@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 
-from proxy.tokenizers import hf, qwen, tiktoken_vocab
-from proxy.tokenizers.base import Backend, TextCounter
+from proxy.counting.tokenizers import hf, qwen, tiktoken_vocab
+from proxy.counting.tokenizers.base import Backend, TextCounter
 
 __all__ = ["BACKENDS", "is_known", "known_specs", "load_text_counter"]
 

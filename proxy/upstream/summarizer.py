@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.cache import SummaryCache
-from proxy.chat import ChatPlan
-from proxy.compaction import with_marker_texts
-from proxy.probes import fetch
-from proxy.summary import Chunk, chunks, summary_message, summary_request
-from proxy.tokens import RequestCounter
+from proxy.counting.cache import SummaryCache
+from proxy.counting.tokens import RequestCounter
+from proxy.engine.chat import ChatPlan
+from proxy.engine.compaction import with_marker_texts
+from proxy.engine.summary import Chunk, chunks, summary_message, summary_request
+from proxy.upstream.probes import fetch
 
 log = logging.getLogger("proxy.summarizer")
 

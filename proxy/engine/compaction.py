@@ -41,7 +41,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from proxy.notes import (
+from proxy.counting.tokens import text_of
+from proxy.engine.notes import (
     TYPICAL_FACTS,
     build_note,
     cap_text,
@@ -50,7 +51,6 @@ from proxy.notes import (
     is_note,
     note_without_facts,
 )
-from proxy.tokens import text_of
 
 Message = dict[str, Any]
 CountMessage = Callable[[Message], int]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from proxy.tokenizers.base import Backend, TextCounter, import_package
+from proxy.counting.tokenizers.base import Backend, TextCounter, import_package
 
 PREFIX = "hf:"
 

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.cache import ModelTable
-from proxy.upstream import AnswerTooLarge, read_decoded
+from proxy.counting.cache import ModelTable
+from proxy.upstream.forwarding import AnswerTooLarge, read_decoded
 
 log = logging.getLogger("proxy.probes")
 

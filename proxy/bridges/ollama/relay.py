@@ -1,5 +1,5 @@
 """Relaying Ollama's native chat answer to an OpenAI client: a Chat Completions object, or its NDJSON
-stream re-framed as SSE chunk by chunk as it arrives (the translation is `proxy.ollama_bridge`).
+stream re-framed as SSE chunk by chunk as it arrives (the translation is `proxy.bridges.ollama.bridge`).
 
 The prompt size the answer reports goes to `learn`, which says whether the upstream cut the prompt;
 a non-streamed answer then carries `x-compaction-upstream-truncated` (a stream's headers are gone).
@@ -16,11 +16,17 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from proxy.bridges.ollama.bridge import (
+    OllamaBridge,
+    SseTranslator,
+    chat_completion,
+    completion_id,
+    error_from_ollama,
+)
 from proxy.errors import error_body
 from proxy.metrics import Metrics
-from proxy.ollama_bridge import OllamaBridge, SseTranslator, chat_completion, completion_id, error_from_ollama
-from proxy.planner import Truncation
-from proxy.upstream import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
+from proxy.upstream.forwarding import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
+from proxy.upstream.planner import Truncation
 
 log = logging.getLogger("proxy.ollama")
 

@@ -19,15 +19,15 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from proxy.cache import LruCache, ModelTable
-from proxy.calibration import Calibrator, truncated_window
-from proxy.chat import Body, ChatPlan, estimate_margin, plan_chat, text_size, validated_messages
-from proxy.compaction import Policy
+from proxy.counting.cache import LruCache, ModelTable
+from proxy.counting.calibration import Calibrator, truncated_window
+from proxy.counting.tokens import MemoTextCounter, RequestCounter, TextCounter, count_chars4
+from proxy.engine.chat import Body, ChatPlan, estimate_margin, plan_chat, text_size, validated_messages
+from proxy.engine.compaction import Policy
+from proxy.engine.overflow import Overflow
 from proxy.metrics import Metrics
-from proxy.overflow import Overflow
-from proxy.probes import UpstreamTokenCounter, WindowDetector
 from proxy.settings import ModelWindow, Settings
-from proxy.tokens import MemoTextCounter, RequestCounter, TextCounter, count_chars4
+from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
 
 log = logging.getLogger("proxy")
 
@@ -48,10 +48,10 @@ def text_counter(spec: str) -> TextCounter:
     if spec == "chars4":
         return count_chars4
     if spec in ("estimate", "upstream"):
-        from proxy.estimator import estimate_text_tokens
+        from proxy.counting.estimator import estimate_text_tokens
 
         return MemoTextCounter(estimate_text_tokens)
-    from proxy.tokenizers import load_text_counter
+    from proxy.counting.tokenizers import load_text_counter
 
     return MemoTextCounter(load_text_counter(spec))
 

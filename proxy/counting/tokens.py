@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from proxy.images import image_tokens
+from proxy.counting.images import image_tokens
 
 TextCounter = Callable[[str], int]
 

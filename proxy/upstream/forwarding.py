@@ -17,10 +17,10 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from proxy.encoding import Inflater
 from proxy.errors import ProxyError
 from proxy.metrics import Metrics
 from proxy.settings import Settings
+from proxy.upstream.encoding import Inflater
 
 log = logging.getLogger("proxy.upstream")
 
@@ -56,7 +56,7 @@ HOP_BY_HOP = frozenset(
 
 def build_transport(settings: Settings) -> httpx.AsyncBaseTransport:
     """The pooled keep-alive transport shared by every request for the lifetime of the app."""
-    from proxy.transport import UpstreamTransport
+    from proxy.upstream.transport import UpstreamTransport
 
     limits = httpx.Limits(
         max_connections=settings.max_connections,

@@ -1,0 +1,1 @@
+"""Bridges to servers that speak another API than their clients do: Ollama's native chat."""

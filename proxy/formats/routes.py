@@ -1,0 +1,140 @@
+"""The one table that routes the wire formats: each compacted path with its format (the adapter,
+its error shape, its metrics label), where it goes upstream, the other paths that speak it, where
+a configured upstream key goes, and whether an Ollama upstream gets it on its native API. The
+server reads everything per format from here; a new format is one module and one `Route`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from starlette.routing import compile_path
+
+from proxy.formats.anthropic import AnthropicMessages
+from proxy.formats.base import WireFormat
+from proxy.formats.chat import ChatCompletions
+from proxy.formats.ollama import OllamaChat
+from proxy.formats.responses import Responses
+
+CHAT = ChatCompletions()
+AZURE = ChatCompletions(model_param="deployment", name="azure")
+OLLAMA = OllamaChat()
+RESPONSES = Responses()
+ANTHROPIC = AnthropicMessages()
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A compacted route: the proxy's path (FastAPI syntax), its format, and where it goes upstream:
+    `upstream` relative to the upstream's base URL, or the client's own path when None; `from_root`
+    against the server's root (the base without `/v1`) instead. `scope`: the other paths whose
+    requests speak this format (an entry ending in `/` is a prefix, else a path), for their error
+    shape and key header; `key_header`: where a configured upstream key goes when this server reads
+    its own header; `bridged`: an Ollama upstream gets it on its native API; `documented`: in the
+    OpenAPI schema; `report_body`: the dry run shows the rewritten body, not only the messages."""
+
+    path: str
+    format: WireFormat
+    upstream: str | None
+    from_root: bool = False
+    scope: tuple[str, ...] = ()
+    key_header: bytes | None = None
+    bridged: bool = False
+    documented: bool = False
+    report_body: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Passthrough:
+    """The upstream's other routes under `prefix`, forwarded as they are: without the `/v1` prefix
+    (the upstream's base URL has it) when `strip`, against the server's root when `from_root`."""
+
+    prefix: str
+    strip: bool = False
+    from_root: bool = False
+
+    def upstream_path(self, path: str) -> str:
+        return path.removeprefix(self.prefix) if self.strip else path
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "/v1/chat/completions", CHAT, "/chat/completions", bridged=True, documented=True, report_body=False
+    ),
+    Route("/v1/responses", RESPONSES, "/responses"),
+    Route(
+        "/v1/messages",
+        ANTHROPIC,
+        "/messages",
+        scope=("/v1/messages", "/v1/messages/"),
+        key_header=b"x-api-key",
+    ),
+    Route("/api/chat", OLLAMA, "/api/chat", from_root=True, scope=("/api/",)),
+    Route(
+        "/openai/deployments/{deployment}/chat/completions",
+        AZURE,
+        None,
+        from_root=True,
+        scope=("/openai/", "/deployments/"),
+        key_header=b"api-key",
+    ),
+    Route("/deployments/{deployment}/chat/completions", AZURE, None, key_header=b"api-key"),
+)
+PASSTHROUGHS: tuple[Passthrough, ...] = (
+    Passthrough("/v1", strip=True),  # any other route of the upstream's
+    Passthrough("/api", from_root=True),  # Ollama's native API (not compacted)
+    Passthrough("/openai", from_root=True),  # Azure OpenAI's other routes, like its chat
+    Passthrough("/deployments"),
+)
+# Metrics labels of the proxy's own paths.
+OWN_PATHS = {"/compact": "compact", "/healthz": "healthz", "/readyz": "readyz", "/metrics": "metrics"}
+
+
+class RouteTable:
+    """The routes looked up by path or format name. The first route is the default: its format
+    answers for any path no route's scope covers, and `/compact` speaks it."""
+
+    def __init__(
+        self, routes: Iterable[Route] = ROUTES, passthroughs: Iterable[Passthrough] = PASSTHROUGHS
+    ) -> None:
+        self.routes = tuple(routes)
+        self.passthroughs = tuple(passthroughs)
+        self.default = self.routes[0]
+        self._patterns = tuple((compile_path(r.path)[0], r) for r in self.routes)
+        self._by_format: dict[str, Route] = {}
+        for route in self.routes:
+            self._by_format.setdefault(route.format.name, route)
+        self._exact = {s: r for r in self.routes for s in r.scope if not s.endswith("/")}
+        self._prefixes = tuple((s, r) for r in self.routes for s in r.scope if s.endswith("/"))
+        self._passthrough_prefixes = tuple(p.prefix + "/" for p in self.passthroughs)
+
+    def match(self, path: str) -> tuple[Route, dict[str, str]] | None:
+        """The compacted route `path` is, with its path parameters."""
+        for pattern, route in self._patterns:
+            if match := pattern.fullmatch(path):
+                return route, match.groupdict()
+        return None
+
+    def for_path(self, path: str) -> Route:
+        """The route whose format a request to `path` speaks, compacted or not: whose error shape it
+        expects (Anthropic's under `/v1/messages`) and whose server reads its key (Azure's `api-key`)."""
+        if (route := self._exact.get(path)) is not None:
+            return route
+        for prefix, route in self._prefixes:
+            if path.startswith(prefix):
+                return route
+        return self.default
+
+    def for_format(self, name: str) -> Route | None:
+        """The first route of the format named `name` (the dry run's `format` field)."""
+        return self._by_format.get(name)
+
+    def label(self, path: str) -> str:
+        """The metrics label of a path: the format of a compacted route, else what kind of path it is."""
+        matched = self.match(path)
+        if matched is not None:
+            return matched[0].format.name
+        if path.startswith(self._passthrough_prefixes):
+            return "passthrough"
+        return OWN_PATHS.get(path, "other")

@@ -1,0 +1,188 @@
+"""The FastAPI app: its routes, error handlers and middleware, over one `Pipeline`.
+
+`create_app(settings)` wires the parts once, over the pooled upstream transport or an injected one
+(tests pass a mock transport); what a request goes through is read in `pipeline.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from proxy import __version__
+from proxy.engine.chat import parse_json_object
+from proxy.errors import ErrorShape, ProxyError, error_response
+from proxy.formats import Passthrough, Route, RouteTable
+from proxy.metrics import Metrics
+from proxy.server.intake import raw_path, read_json_body
+from proxy.server.middleware import CountRequests, RequestId, RequireApiKey
+from proxy.server.pipeline import Pipeline
+from proxy.settings import Settings
+from proxy.upstream.forwarding import StreamBroken, build_transport
+
+log = logging.getLogger("proxy")
+
+PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
+
+
+def create_app(
+    settings: Settings,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    routes: RouteTable | None = None,
+) -> FastAPI:
+    """The proxy for `settings`, over `transport` (the pooled upstream transport when None: tests
+    inject a mock, since `httpx.ASGITransport` skips lifespan), routing by `routes` (the proxy's
+    own table when None)."""
+    table, metrics = routes or RouteTable(), Metrics()
+    pipeline = Pipeline(settings, transport or build_transport(settings), metrics, table)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await pipeline.aclose(transport=transport is None)
+
+    app = FastAPI(title="compacting-proxy", version=__version__, lifespan=lifespan)
+    app.state.settings, app.state.metrics, app.state.pipeline = settings, metrics, pipeline
+    app.state.planner = pipeline.planner
+    for kind, handler in error_handlers(table).items():
+        app.add_exception_handler(kind, handler)
+    app.add_api_route("/healthz", healthz, methods=["GET"])
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        """The upstream answers (any HTTP status counts: it is reachable)."""
+        return await pipeline.readiness.answer()
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    app.add_api_route("/compact", dry_run(pipeline), methods=["POST"])
+    app.add_api_route(
+        "/compact/{path:path}", dry_run_for(pipeline), methods=["POST"], include_in_schema=False
+    )
+    for route in table.routes:
+        app.add_api_route(
+            route.path, compacting(pipeline, route), methods=["POST"], include_in_schema=route.documented
+        )
+    for passthrough in table.passthroughs:
+        app.add_api_route(
+            passthrough.prefix + "/{path:path}",
+            passing(pipeline, passthrough),
+            methods=PASSTHROUGH_METHODS,
+            include_in_schema=False,  # the upstream's other routes, forwarded as they are
+        )
+    app.add_middleware(RequireApiKey, api_keys=pipeline.api_keys, routes=table)
+    app.add_middleware(RequestId)
+    app.add_middleware(CountRequests, metrics=metrics, routes=table)
+    return app
+
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+ErrorHandler = Callable[[Request, Exception], Coroutine[Any, Any, Response]]
+
+
+def compacting(pipeline: Pipeline, route: Route) -> Handler:
+    async def compact_route(request: Request) -> Response:
+        return await pipeline.compact_and_forward(request, route)
+
+    return compact_route
+
+
+def passing(pipeline: Pipeline, passthrough: Passthrough) -> Handler:
+    async def forward_route(request: Request) -> Response:
+        path = passthrough.upstream_path(raw_path(request))
+        return await pipeline.forward_as_is(request, path, from_root=passthrough.from_root)
+
+    return forward_route
+
+
+def dry_run(pipeline: Pipeline) -> Handler:
+    async def dry_run(request: Request) -> Response:
+        """Compact a request without calling the upstream: the body of a chat request, or of another
+        format named by a `format` field (`responses`, `messages`, `ollama`, `azure`)."""
+        table = pipeline.routes
+        body = parse_json_object(await read_json_body(request, pipeline.settings.max_body_bytes))
+        named = body.get("format")
+        if isinstance(named, str) and (route := table.for_format(named)) is not None:
+            body = {k: v for k, v in body.items() if k != "format"}
+            return await pipeline.compact_report(request, route, body, {})
+        return await pipeline.compact_report(request, table.default, body, {})
+
+    return dry_run
+
+
+def dry_run_for(pipeline: Pipeline) -> Handler:
+    async def dry_run_for(request: Request) -> Response:
+        """The dry run for the format a compacted route speaks, e.g. `/compact/v1/messages`."""
+        path = request.path_params["path"]
+        matched = pipeline.routes.match("/" + path)
+        if matched is None:
+            raise ProxyError(404, f"No compacted route /{path}.", code="not_found")
+        body = parse_json_object(await read_json_body(request, pipeline.settings.max_body_bytes))
+        return await pipeline.compact_report(request, matched[0], body, matched[1])
+
+    return dry_run_for
+
+
+async def healthz() -> dict[str, str]:
+    """The process is alive and serving."""
+    return {"status": "ok"}
+
+
+def error_handlers(table: RouteTable) -> dict[Any, ErrorHandler]:
+    """Errors in the shape of the client's protocol (Anthropic's on its routes)."""
+
+    def shape(request: Request) -> ErrorShape:
+        return table.for_path(request.url.path).format.error_body
+
+    async def on_proxy_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ProxyError)
+        return exc.to_response(shape=shape(request))
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return error_response(
+            exc.status_code, str(exc.detail), type="invalid_request_error", code=code, shape=shape(request)
+        )
+
+    async def on_validation_error(request: Request, exc: Exception) -> Response:
+        return error_response(400, str(exc), type="invalid_request_error", shape=shape(request))
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        if not isinstance(exc, StreamBroken):  # a broken upstream stream was logged where it broke
+            log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(
+            500,
+            "The proxy failed to handle this request.",
+            type="server_error",
+            code="internal_error",
+            shape=shape(request),
+        )
+
+    return {
+        ProxyError: on_proxy_error,
+        StarletteHTTPException: on_http_error,
+        RequestValidationError: on_validation_error,
+        Exception: on_unexpected,
+    }
+
+
+def app_from_env() -> FastAPI:
+    """The app as the command serves it: settings from the environment (and `.env`), built per worker."""
+    env_file = os.environ.get("COMPACT_ENV_FILE")
+    settings = Settings(_env_file=env_file) if env_file else Settings()  # type: ignore[call-arg]
+    return create_app(settings)

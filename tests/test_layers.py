@@ -1,0 +1,97 @@
+"""The folders are the layers, and no lower layer imports a higher one (read with `ast`, so an
+import inside a function counts too). Bottom to top: `errors`, `counting/`, `settings`, `engine/`,
+`metrics`, `formats/`, `upstream/`, `bridges/`, `server/`, and the commands (`cli`, `demo`, `stub`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PROXY = Path(__file__).resolve().parent.parent / "proxy"
+
+# A module may import modules of its own rank or lower.
+RANKS = {
+    "proxy.errors": 0,
+    "proxy.counting": 1,
+    "proxy.settings": 2,
+    "proxy.engine": 3,
+    "proxy.metrics": 4,
+    "proxy.formats": 5,
+    "proxy.upstream": 6,
+    "proxy.bridges": 7,
+    "proxy.server": 8,
+    "proxy.cli": 9,
+    "proxy.demo": 9,
+    "proxy.stub": 9,
+    "proxy.__main__": 9,
+    "proxy": 0,  # the package itself: only `__version__`
+}
+# The pure core imports none of the I/O or framework libraries.
+PURE = ("proxy.engine", "proxy.counting.tokens")
+NOT_PURE = {"httpx", "fastapi", "starlette", "logging", "asyncio", "aiohttp"}
+
+
+def rank(module: str) -> int:
+    while module not in RANKS:
+        module = module.rpartition(".")[0]
+    return RANKS[module]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PROXY.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+    return found
+
+
+def violations(path: Path, source: str) -> list[str]:
+    name = module_name(path)
+    tree = ast.parse(source)
+    bad = []
+    for imported in imports(tree):
+        if imported.split(".")[0] == "proxy" and rank(imported) > rank(name):
+            bad.append(f"{name} imports {imported}, a higher layer")
+        if name.startswith(PURE) and imported.split(".")[0] in NOT_PURE:
+            bad.append(f"{name} imports {imported}: the pure core does no I/O and no logging")
+    return bad
+
+
+MODULES = sorted(PROXY.rglob("*.py"))
+
+
+def test_every_module_has_a_layer() -> None:
+    assert all(rank(module_name(path)) >= 0 for path in MODULES)
+    top = {module_name(p) for p in PROXY.glob("*.py")} - {"proxy"}
+    assert top <= set(RANKS), f"a module at the top of proxy/ outside the layers: {top - set(RANKS)}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_no_layer_imports_a_higher_one(path: Path) -> None:
+    assert violations(path, path.read_text()) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "line"),
+    [
+        ("engine/compaction.py", "from proxy.server.pipeline import Pipeline"),
+        ("counting/tokens.py", "from proxy.engine.chat import ChatPlan"),
+        ("formats/chat.py", "from proxy.upstream.forwarding import Upstream"),
+        ("upstream/probes.py", "from proxy.server.app import create_app"),
+        ("bridges/ollama/bridge.py", "import proxy.server.middleware"),
+        ("engine/notes.py", "import logging"),
+    ],
+)
+def test_the_check_fails_on_a_bad_import(module: str, line: str) -> None:
+    path = PROXY / module
+    source = path.read_text() + f"\n\ndef _late() -> None:\n    {line}\n"
+    assert violations(path, source), f"{line} in {module} went unnoticed"

@@ -1,0 +1,110 @@
+"""A new wire format is one module and one row of the route table: a toy "transcript" format (its
+turns are `{"speaker", "text"}`), added to the proxy's own table and nothing else, is compacted end
+to end (in process), named in metrics, dry-run by name and answered in its own error shape."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+import orjson
+
+from proxy.engine.chat import Body, ChatPlan
+from proxy.formats import ROUTES, Conversation, Route, RouteTable
+from proxy.formats.base import Part, rebuild, rewrite_items
+from proxy.server.app import create_app
+from tests.fakes import RecordingUpstream, make_settings
+
+
+class Transcript:
+    """The toy format's whole adapter."""
+
+    name = "transcript"
+    reply_field = None
+
+    def read(self, body: Body, params: Mapping[str, str]) -> Conversation:
+        turns = body["turns"]
+        messages = [{"role": t["speaker"], "content": t["text"]} for t in turns]
+        return Conversation(
+            {"model": body.get("model"), "messages": messages}, [(Part(i),) for i in range(len(turns))]
+        )
+
+    def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
+        def item_with(turn: Any, blocks: set[int], notes: Mapping[int | None, Any]) -> Any:
+            return {**turn, "text": notes.get(None, turn["text"])}
+
+        def merge(turn: Any, before: Sequence[str], after: Sequence[str]) -> Any:
+            return {**turn, "text": "\n".join([*before, turn["text"], *after])}
+
+        turns = rewrite_items(
+            body["turns"],
+            rebuild(conversation, plan),
+            item_with=item_with,
+            marker=lambda text, role: {"speaker": role, "text": text},
+            merge=merge,
+        )
+        return {**body, "turns": turns}
+
+    def streamed(self, body: Body) -> bool:
+        return False
+
+    def reported_prompt_tokens(self, tail: bytes) -> int | None:
+        return None
+
+    @staticmethod
+    def error_body(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
+        return orjson.dumps({"transcript_error": message})
+
+
+TOY = Route("/v1/transcripts", Transcript(), "/transcripts", scope=("/v1/transcripts", "/v1/transcripts/"))
+
+
+def toy_client(upstream: RecordingUpstream, **overrides: Any) -> httpx.AsyncClient:
+    app = create_app(
+        make_settings(**overrides), transport=httpx.MockTransport(upstream), routes=RouteTable((*ROUTES, TOY))
+    )
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy.test")
+
+
+def transcript(turns: int) -> dict[str, Any]:
+    speakers = ("user", "assistant")
+    said = [{"speaker": speakers[i % 2], "text": f"turn {i}: " + "word " * 100} for i in range(turns)]
+    return {"model": "m", "turns": [{"speaker": "system", "text": "Be brief."}, *said]}
+
+
+async def test_a_toy_format_with_one_table_row_is_compacted_end_to_end() -> None:
+    upstream = RecordingUpstream(respond=lambda request: httpx.Response(200, json={"said": "ok"}))
+    body = transcript(41)
+    async with toy_client(upstream, window=2000) as client:
+        response = await client.post("/v1/transcripts", json=body)
+        report = (await client.post("/compact", json={**body, "format": "transcript"})).json()
+        metrics = (await client.get("/metrics")).text
+    assert response.status_code == 200
+    assert response.json() == {"said": "ok"}
+    assert str(upstream.last.url) == "http://upstream.test/v1/transcripts"
+    sent = upstream.last_json()
+    assert set(sent) == {"model", "turns"}
+    assert len(sent["turns"]) < len(body["turns"])
+    assert sent["turns"][0] == body["turns"][0]  # the system turn is never cut
+    assert sent["turns"][-1] == body["turns"][-1]  # nor the latest
+    assert len(json.dumps(sent)) < len(json.dumps(body)) / 2
+    assert report["body"] == sent
+    assert 'compacting_proxy_requests_total{route="transcript",status="200"} 1.0' in metrics
+
+
+async def test_a_toy_format_under_its_window_is_forwarded_byte_for_byte() -> None:
+    upstream = RecordingUpstream(respond=lambda request: httpx.Response(200, json={"said": "ok"}))
+    content = json.dumps(transcript(3), indent=1).encode()
+    async with toy_client(upstream, window=100000) as client:
+        response = await client.post("/v1/transcripts", content=content)
+    assert response.status_code == 200
+    assert upstream.last.content == content
+
+
+async def test_a_toy_formats_errors_come_in_its_own_shape() -> None:
+    async with toy_client(RecordingUpstream(), max_body_bytes=100) as client:
+        too_large = await client.post("/v1/transcripts", content=b"{" + b" " * 200 + b"}")
+    assert too_large.status_code == 413
+    assert "transcript_error" in too_large.json()
