@@ -661,7 +661,7 @@ def engine_state() -> str:
 
 
 def write_section(path: Path, name: str, text: str) -> None:
-    """Replace this script's section of CACHE.md (between its markers), keeping the others."""
+    """Replace a script's section of a Markdown page (between its markers), keeping the others."""
     begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
     block = f"{begin}\n{text.rstrip()}\n{end}\n"
     old = path.read_text() if path.exists() else "# Compaction and the prompt cache\n\n"

@@ -51,7 +51,7 @@ from typing import Any
 import orjson
 
 from benchmarks import agent_loops as sim
-from benchmarks.bench_cache import common_prefix, plain_proxy
+from benchmarks.bench_cache import common_prefix, plain_proxy, write_section
 from proxy.counting.cache import LruCache
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MemoTextCounter, RequestCounter
@@ -314,17 +314,6 @@ def markdown(runs: list[Run], loops: list[sim.Loop], command: str, seconds: floa
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    begin, end = "<!-- bench_loops: begin -->", "<!-- bench_loops: end -->"
-    old = BENCHMARKS_MD.read_text()
-    block = f"{begin}\n{text.rstrip()}\n{end}"
-    if begin in old and end in old:
-        before, rest = old.split(begin, 1)
-        new = before + block + rest.split(end, 1)[1]
-    else:
-        new = old.rstrip() + "\n\n" + block + "\n"
-    BENCHMARKS_MD.write_text(new)
-
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -351,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
     text = markdown(runs, sim.loops(args.quick, args.seed), command, time.perf_counter() - started)
     print(text)
     if args.write if args.write is not None else not args.quick:
-        write_section(text)
+        write_section(BENCHMARKS_MD, "bench_loops", text)
         print(f"wrote {BENCHMARKS_MD}", file=sys.stderr)
 
 

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import trajectories as gen
-from benchmarks.bench_cache import plain_proxy
+from benchmarks.bench_cache import plain_proxy, write_section
 from benchmarks.bench_loops import CLEARED, clear_tool_uses
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MemoTextCounter, RequestCounter, TextCounter, text_of
@@ -384,17 +384,6 @@ def markdown(
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    begin, end = "<!-- bench_trajectories: begin -->", "<!-- bench_trajectories: end -->"
-    old = BENCHMARKS_MD.read_text()
-    block = f"{begin}\n{text.rstrip()}\n{end}"
-    if begin in old and end in old:
-        before, rest = old.split(begin, 1)
-        new = before + block + rest.split(end, 1)[1]
-    else:
-        new = old.rstrip() + "\n\n" + block + "\n"
-    BENCHMARKS_MD.write_text(new)
-
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -439,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
     text = markdown(runs, TRAJECTORIES, command, time.perf_counter() - started, Exact("cl100k_base"))
     print(text)
     if args.write if args.write is not None else not args.quick:
-        write_section(text)
+        write_section(BENCHMARKS_MD, "bench_trajectories", text)
         print(f"wrote {BENCHMARKS_MD}", file=sys.stderr)
 
 
