@@ -17,28 +17,17 @@ import sys
 import time
 
 from benchmarks import agent_loops as sim
+from benchmarks.bench_loops import window_model
 from proxy.counting.cache import LruCache
 from proxy.counting.estimator import estimate_text_tokens
 from proxy.counting.tokens import MemoTextCounter, RequestCounter
 from proxy.engine.chat import budget_for
 from proxy.engine.compaction import Policy, compact
-from proxy.settings import ModelWindow
 from proxy.upstream.planner import NOTE_MEMO_SIZE
 
 WINDOWS = (8_000, 16_000, 32_000)
 HISTORY_TOKENS = 100_000
 BODY = {"model": "m", "messages": []}
-
-
-def window_model(window: int) -> ModelWindow:
-    return ModelWindow(
-        window=window,
-        threshold=0.8,
-        target=0.6,
-        keep_recent_turns=2,
-        reply_reserve=1024,
-        keep_recent_tool_results=3,
-    )
 
 
 def measure(loop: sim.Loop, window: int, calls: int) -> tuple[float, int]:
