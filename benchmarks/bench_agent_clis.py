@@ -2,7 +2,7 @@
 through the real `compacting-proxy` process (issue 16).
 
 Each run: one CLI from tests/clis (npm, pinned), `STEPS` model steps of 1-3 real tool calls on httpx's
-source tree, against tests/upstreams/agent_model.py (cl100k_base window, each format's own overflow
+source tree, against tests/support/upstreams/agent_model.py (cl100k_base window, each format's own overflow
 error). Printed per run: requests the server received, how many were over its window, whether the
 task finished, the largest request the client sent and the largest the server received (cl100k), and
 the proxy's time from receiving a request to forwarding it (total over the run, and the largest).
@@ -17,7 +17,7 @@ import argparse
 import sys
 import time
 
-from tests.agent_clis import installed, run
+from tests.support.agent_clis import installed, run
 
 HEADER = (
     "| client | version | window | route | requests | over the window | finished | largest sent | "

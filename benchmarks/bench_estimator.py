@@ -1,7 +1,7 @@
 """How close the default token estimate lands to real tokenizers, and what it costs.
 
 ``python -m benchmarks.bench_estimator`` counts every sample of the built-in corpus
-(``tests/corpus.py``) with cl100k_base and Qwen2.5's tokenizer (and Qwen3.6's, for
+(``tests/support/corpus.py``) with cl100k_base and Qwen2.5's tokenizer (and Qwen3.6's, for
 information), compares chars/4 and ``proxy.estimator.estimate_text_tokens`` with them, times the
 estimator against chars/4 and the real tokenizers on the same inputs, prints Markdown and writes
 it to ``benchmarks/ESTIMATOR.md`` (``--no-write`` to skip). It needs the optional tokenizers:
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from proxy.counting.estimator import estimate_text_tokens
 from proxy.counting.tokenizers import load_text_counter
-from tests.corpus import CORPUS, MAIN_CATEGORIES
+from tests.support.corpus import CORPUS, MAIN_CATEGORIES
 
 BOUND = 0.15
 COUNTERS = {"cl100k": "cl100k_base", "qwen2.5": "qwen2.5", "qwen3.6": "qwen3.6"}

@@ -23,8 +23,8 @@ from proxy.engine.compaction import Policy
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from proxy.settings import ModelWindow
 from proxy.upstream.planner import text_counter
-from tests.conversations import agent_chat
-from tests.format_chats import as_anthropic, as_responses
+from tests.support.conversations import agent_chat
+from tests.support.format_chats import as_anthropic, as_responses
 
 SIZES = (100, 1_000, 3_000)
 NOTES = LruCache(4096)  # the planner's memo of written notes

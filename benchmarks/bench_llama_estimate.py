@@ -1,6 +1,6 @@
 """How close the proxy's token estimate comes to a real llama-server's count, before and after compaction.
 
-Starts the tiny-model llama-server (``tests/upstreams/llama.py``, binary from
+Starts the tiny-model llama-server (``tests/support/upstreams/llama.py``, binary from
 ``scripts/llama_server.py build``) and the real ``compacting-proxy`` in front of it with the
 server's window, then for each chat asks the proxy for a dry run (``POST /compact``) and the server
 for its own count (``/apply-template`` + ``/tokenize``, which is exactly its ``usage.prompt_tokens``)
@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from tests.upstreams.chats import TOOLS, short_chat, support_chat
-from tests.upstreams.llama import count_prompt_tokens, running_llama_server
-from tests.upstreams.proxy_server import running_proxy
+from tests.support.upstreams.chats import TOOLS, short_chat, support_chat
+from tests.support.upstreams.llama import count_prompt_tokens, running_llama_server
+from tests.support.upstreams.proxy_server import running_proxy
 
 MAX_TOKENS = 16
 

@@ -51,7 +51,7 @@ from typing import Any
 import orjson
 
 from benchmarks import agent_loops as sim
-from benchmarks.bench_cache import common_prefix, plain_proxy, write_section
+from benchmarks.bench_cache import write_section
 from proxy.counting.cache import LruCache
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MemoTextCounter, RequestCounter
@@ -59,6 +59,7 @@ from proxy.engine.chat import budget_for
 from proxy.engine.compaction import Policy, compact
 from proxy.engine.notes import NOTE_PREFIX
 from proxy.settings import ModelWindow
+from tests.support.cache_replay import common_prefix, plain_proxy
 
 HERE = Path(__file__).resolve().parent
 

@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.bench_ollama_bridge [--quick] [--requests N]``
 
-The fake Ollama of the tests (``tests/upstreams/ollama.py``) runs in its own process; two real
+The fake Ollama of the tests (``tests/support/upstreams/ollama.py``) runs in its own process; two real
 ``compacting-proxy`` processes stand in front of it, one finding it is Ollama (the bridge: translate
 the request, set ``num_ctx``, translate the answer back) and one told ``COMPACT_UPSTREAM_KIND=openai``
 (forwarding to ``/v1`` as it is). A small non-streamed chat is sent to the fake directly, then through
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.upstreams.processes import free_port
-from tests.upstreams.proxy_server import running_proxy
+from tests.support.processes import free_port
+from tests.support.upstreams.proxy_server import running_proxy
 
 BODY = {
     "model": "llama3.2:3b",
@@ -34,7 +34,7 @@ BODY = {
 WARMUP = 100
 FAKE = """
 import uvicorn
-from tests.upstreams.ollama import FakeOllama
+from tests.support.upstreams.ollama import FakeOllama
 uvicorn.run(FakeOllama().app(), host="127.0.0.1", port={port}, log_level="warning")
 """
 

@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.bench_streams [--clients 200] [--per-client 3] [--rounds 3]``
 
-It starts the faulty upstream (``tests/upstreams/faulty.py``, in its normal mode) and the real
+It starts the faulty upstream (``tests/support/upstreams/faulty.py``, in its normal mode) and the real
 ``compacting-proxy`` in front of it, each as its own process on a free loopback port, then runs
 ``--rounds`` rounds of ``--clients`` concurrent streaming clients, each sending ``--per-client``
 streamed chats one after the other. The upstream streams a known SSE body (``--chunks`` events,
@@ -10,7 +10,7 @@ streamed chats one after the other. The upstream streams a known SSE body (``--c
 each round the proxy gets ``--settle`` seconds, then its RSS (``VmRSS``) and open file descriptors
 are read from ``/proc``. A table goes to stdout (Markdown).
 
-The driver (`drive`, in ``tests/load.py``) is the one ``tests/test_load.py`` runs. Traffic goes to 127.0.0.1 only; each
+The driver (`drive`, in ``tests/support/load.py``) is the one ``tests/test_load.py`` runs. Traffic goes to 127.0.0.1 only; each
 round stops by itself after ``--deadline`` seconds whatever happened, and both processes are
 stopped at the end.
 """
@@ -25,7 +25,7 @@ import time
 
 import httpx
 
-from tests.load import cpu_seconds, drive, fd_count, proxy_process, rss_kib, upstream_process
+from tests.support.load import cpu_seconds, drive, fd_count, proxy_process, rss_kib, upstream_process
 
 
 def main() -> None:

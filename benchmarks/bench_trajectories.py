@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import trajectories as gen
-from benchmarks.bench_cache import plain_proxy, write_section
+from benchmarks.bench_cache import write_section
 from benchmarks.bench_loops import CLEARED, clear_tool_uses
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MemoTextCounter, RequestCounter, TextCounter, text_of
@@ -71,6 +71,7 @@ from proxy.engine.notes import NOTE_PREFIX
 from proxy.engine.overflow import Overflow
 from proxy.settings import Settings
 from proxy.upstream.planner import Planner
+from tests.support.cache_replay import plain_proxy
 
 HERE = Path(__file__).resolve().parent
 

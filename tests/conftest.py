@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.upstreams.fixtures", "tests.format_fixtures"]
+pytest_plugins = ["tests.support.upstreams.fixtures", "tests.support.format_fixtures"]
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """The real agent CLIs (Claude Code, Codex, opencode, from npm) in a long tool loop on a real source
-tree, against a scripted model server that enforces its window (tests/upstreams/agent_model.py), and
+tree, against a scripted model server that enforces its window (tests/support/upstreams/agent_model.py), and
 through the real `compacting-proxy` process in front of it (issue 16).
 
 The suite runs a small matrix (each CLI at 32k through the proxy, one direct run each to show the
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.agent_clis import CLIENTS, Run, claude_result, installed, run
+from tests.support.agent_clis import CLIENTS, Run, claude_result, installed, run
 
 pytestmark = [
     pytest.mark.cli,

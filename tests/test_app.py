@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from proxy.engine.notes import CAP_WORDS, NOTE_PREFIX
-from tests.conversations import bike_shop_chat
-from tests.fakes import ClosingStream, RecordingUpstream, completion, proxy_client, sse_chunks
+from tests.support.conversations import bike_shop_chat
+from tests.support.fakes import ClosingStream, RecordingUpstream, completion, proxy_client, sse_chunks
 
 
 def chat_body(**extra: object) -> dict[str, object]:

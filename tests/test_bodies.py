@@ -14,10 +14,10 @@ import pytest
 
 from proxy.counting.images import anthropic_tokens, image_size, image_tokens, openai_tokens
 from proxy.engine.notes import NOTE_PREFIX
-from tests.conversations import bike_shop_chat
-from tests.fakes import RecordingUpstream, proxy_client
-from tests.upstreams.faulty import serve_in_thread
-from tests.upstreams.proxy_server import running_proxy
+from tests.support.conversations import bike_shop_chat
+from tests.support.fakes import RecordingUpstream, proxy_client
+from tests.support.upstreams.faulty import serve_in_thread
+from tests.support.upstreams.proxy_server import running_proxy
 
 
 def long_body() -> dict[str, Any]:

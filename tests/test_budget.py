@@ -17,8 +17,8 @@ from proxy.engine.chat import budget_for, estimate_margin, text_size
 from proxy.formats import ANTHROPIC, RESPONSES, WireFormat, context_edits, server_manages_context
 from proxy.formats.anthropic import CLEARED_RESULT
 from proxy.settings import Settings
-from tests.fakes import RecordingUpstream, completion, proxy_client
-from tests.test_loops import PYTEST, one_request_loop, step
+from tests.support.fakes import RecordingUpstream, completion, proxy_client
+from tests.support.loops import PYTEST, one_request_loop, step
 
 
 async def test_capped_is_a_count_like_truncated_and_dropped() -> None:

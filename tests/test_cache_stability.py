@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import bench_cache, bench_facts
-from benchmarks import conversations as sim
+from tests.support import cache_replay, fact_replay
+from tests.support import simulated_chats as sim
 
 Message = dict[str, Any]
 WINDOW = 16_000
@@ -26,27 +26,27 @@ def chat() -> sim.Conversation:
 
 
 @pytest.fixture(scope="module")
-def ours(chat: sim.Conversation) -> bench_cache.Run:
-    return bench_cache.replay(chat, bench_cache.ours(WINDOW, 0.6), "ours", WINDOW, keep_sent=True)
+def ours(chat: sim.Conversation) -> cache_replay.Run:
+    return cache_replay.replay(chat, cache_replay.ours(WINDOW, 0.6), "ours", WINDOW, keep_sent=True)
 
 
 def test_retention_stays_high_and_no_request_goes_over_the_line(
-    chat: sim.Conversation, ours: bench_cache.Run
+    chat: sim.Conversation, ours: cache_replay.Run
 ) -> None:
     assert chat.turns == 60 and ours.requests == len(chat.requests)
     assert ours.breaks > 0, "the chat must grow past the line, or this measures nothing"
     assert ours.retention >= 0.85
     assert ours.over_line == 0
     assert (
-        ours.peak_tokens + bench_cache.our_budget(WINDOW, 0.6).fixed
-        <= bench_cache.our_budget(WINDOW, 0.6).limit
+        ours.peak_tokens + cache_replay.our_budget(WINDOW, 0.6).fixed
+        <= cache_replay.our_budget(WINDOW, 0.6).limit
     )
 
 
 def test_the_cut_moves_far_less_often_than_the_plain_algorithm(
-    chat: sim.Conversation, ours: bench_cache.Run
+    chat: sim.Conversation, ours: cache_replay.Run
 ) -> None:
-    plain = bench_cache.replay(chat, bench_cache.plain_proxy(WINDOW), "plain", WINDOW)
+    plain = cache_replay.replay(chat, cache_replay.plain_proxy(WINDOW), "plain", WINDOW)
     assert ours.breaks * 3 <= plain.breaks
     assert ours.retention >= plain.retention + 0.3
     assert ours.uncached_tokens * 3 <= plain.uncached_tokens
@@ -60,8 +60,8 @@ EARLY_CUT = 0.05
 def _assert_prefix_stable(chat: sim.Conversation, sent: Sequence[list[Message]], window: int) -> int:
     """Each request starts with the previous one, except where keeping the previous decisions
     would have put the request over (or within EARLY_CUT of) the line. Returns the cut points."""
-    budget = bench_cache.our_budget(window, 0.6)
-    count = bench_cache.COUNT
+    budget = cache_replay.our_budget(window, 0.6)
+    count = cache_replay.COUNT
     cuts = 0
     for k in range(1, len(sent)):
         previous, current = sent[k - 1], sent[k]
@@ -77,7 +77,7 @@ def _assert_prefix_stable(chat: sim.Conversation, sent: Sequence[list[Message]],
 
 
 def test_an_append_only_chat_keeps_its_compacted_prefix_except_at_cut_points(
-    chat: sim.Conversation, ours: bench_cache.Run
+    chat: sim.Conversation, ours: cache_replay.Run
 ) -> None:
     cuts = _assert_prefix_stable(chat, ours.sent, WINDOW)
     assert cuts == ours.breaks
@@ -87,18 +87,18 @@ def test_an_append_only_chat_keeps_its_compacted_prefix_except_at_cut_points(
 @pytest.mark.parametrize(("seed", "window", "growth"), [(1, 5000, 900), (2, 8000, 2000)])
 def test_prefix_stability_holds_across_chats_and_windows(seed: int, window: int, growth: int) -> None:
     chat = sim.simulate(16, tokens_per_turn=growth, seed=seed)
-    run = bench_cache.replay(chat, bench_cache.ours(window, 0.6), "ours", window, keep_sent=True)
+    run = cache_replay.replay(chat, cache_replay.ours(window, 0.6), "ours", window, keep_sent=True)
     assert run.breaks > 0
     _assert_prefix_stable(chat, run.sent, window)
     assert run.over_line == run.unavoidable, "only the protected part alone may stay over the line"
 
 
 @pytest.fixture(scope="module")
-def facts() -> bench_facts.FactsReport:
-    return bench_facts.measure_facts([sim.simulate(40, seed=0)])
+def facts() -> fact_replay.FactsReport:
+    return fact_replay.measure_facts([sim.simulate(40, seed=0)])
 
 
-def test_notes_keep_far_more_planted_facts_than_the_plain_preview(facts: bench_facts.FactsReport) -> None:
+def test_notes_keep_far_more_planted_facts_than_the_plain_preview(facts: fact_replay.FactsReport) -> None:
     assert sum(facts.planted.values()) >= 150
     assert facts.share(facts.ours, where="head") >= 0.95
     assert facts.share(facts.ours) >= 0.5
@@ -112,6 +112,6 @@ def test_notes_keep_far_more_planted_facts_than_the_plain_preview(facts: bench_f
     reason="notes keep the first facts of a result within 240 characters, so ids and amounts planted "
     "in the middle or at the tail of a big result are mostly lost (see benchmarks/CACHE.md)",
 )
-def test_notes_keep_nine_in_ten_ids_and_amounts(facts: bench_facts.FactsReport) -> None:
+def test_notes_keep_nine_in_ten_ids_and_amounts(facts: fact_replay.FactsReport) -> None:
     assert facts.share(facts.ours, "id") >= 0.9
     assert facts.share(facts.ours, "amount") >= 0.9

@@ -5,8 +5,8 @@ import json
 import httpx
 
 from proxy.counting.calibration import Calibrator, reported_prompt_tokens
-from tests.conversations import bike_shop_chat
-from tests.fakes import RecordingUpstream, completion, proxy_client, sse_chunks
+from tests.support.conversations import bike_shop_chat
+from tests.support.fakes import RecordingUpstream, completion, proxy_client, sse_chunks
 
 
 def test_factor_learns_smooths_and_moves_in_steps() -> None:

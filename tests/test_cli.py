@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.processes import VENV_BIN
+from tests.support.processes import VENV_BIN
 
 pytestmark = pytest.mark.process  # runs the real compacting-proxy command
 

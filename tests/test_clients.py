@@ -1,6 +1,6 @@
 """The README's client table, row by row: each Python client configured exactly as its row says,
 against the real `compacting-proxy` process and a recording upstream, with the pattern's long
-bike-shop chat (`tests.conversations.bike_shop_chat`).
+bike-shop chat (`tests.support.conversations.bike_shop_chat`).
 
 Each chat is sent once straight to the upstream (which records exactly what the client sends) and
 once through the proxy: the client gets the answer, the upstream receives a compacted version of
@@ -24,12 +24,12 @@ import openai
 import pytest
 
 from proxy.engine.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX
-from tests.conversations import SYSTEM, bike_shop_chat
-from tests.format_chats import RESPONSES, check_compacted
-from tests.format_fixtures import recorded
-from tests.upstreams.formats import REPLY
-from tests.upstreams.ollama import FakeOllama, running_fake_ollama
-from tests.upstreams.proxy_server import running_proxy
+from tests.support.conversations import SYSTEM, bike_shop_chat
+from tests.support.format_chats import RESPONSES, check_compacted
+from tests.support.format_fixtures import recorded
+from tests.support.upstreams.formats import REPLY
+from tests.support.upstreams.ollama import FakeOllama, running_fake_ollama
+from tests.support.upstreams.proxy_server import running_proxy
 
 pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
 

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conversations import tool_call
-from tests.corpus import GO_WORKER, JS_SERVER, PY_MODULE, ZH_BOOKSHOP, ZH_DATABASE, ZH_TEA
-from tests.fakes import completion, proxy_client
+from tests.support.conversations import tool_call
+from tests.support.corpus import GO_WORKER, JS_SERVER, PY_MODULE, ZH_BOOKSHOP, ZH_DATABASE, ZH_TEA
+from tests.support.fakes import completion, proxy_client
 
 tiktoken = pytest.importorskip("tiktoken")
 WINDOW = 4000
@@ -108,7 +108,7 @@ async def test_the_pattern_estimate_alone_would_overflow() -> None:
 
 
 async def test_a_local_tokenizer_counts_only_near_the_line() -> None:
-    from tests.conversations import bike_shop_chat
+    from tests.support.conversations import bike_shop_chat
 
     async with proxy_client(CountingUpstream(), window=WINDOW, tokenizer="cl100k_base") as client:
         short = (

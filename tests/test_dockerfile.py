@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import VENV_BIN
+from tests.support.processes import VENV_BIN
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "Dockerfile"

@@ -10,8 +10,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conversations import bike_shop_chat
-from tests.processes import VENV_BIN, free_port, running
+from tests.support.conversations import bike_shop_chat
+from tests.support.processes import VENV_BIN, free_port, running
 
 pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
 

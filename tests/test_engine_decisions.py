@@ -10,7 +10,7 @@ from typing import Any
 from proxy.counting.tokens import RequestCounter, count_chars4
 from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
 from proxy.engine.notes import CAP_WORDS, is_dropped_marker
-from tests.conversations import SYSTEM, tool_call
+from tests.support.conversations import SYSTEM, tool_call
 
 Message = dict[str, Any]
 count = RequestCounter(count_chars4).message

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from proxy.counting.estimator import estimate_text_tokens
 from proxy.counting.tokenizers import load_text_counter
-from tests.corpus import CORPUS, EN_CACHING, MAIN_CATEGORIES, PY_MODULE, ZH_TEA, json_orders
+from tests.support.corpus import CORPUS, EN_CACHING, MAIN_CATEGORIES, PY_MODULE, ZH_TEA, json_orders
 
 # Aggregate error allowed per category against each tokenizer. The main categories must be within
 # ±15% of both, except Chinese: cl100k spends 1.8x Qwen2.5's tokens on it, so the estimate sits

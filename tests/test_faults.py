@@ -1,6 +1,6 @@
 """The real `compacting-proxy` process in front of an upstream that fails on purpose.
 
-The upstream is `tests/upstreams/faulty.py`, run in this process on its own loop so the tests can
+The upstream is `tests/support/upstreams/faulty.py`, run in this process on its own loop so the tests can
 see its connections: when one was closed, and by whom. Clients are the official OpenAI SDK (no
 retries) and httpx for the raw bytes. Every fault must reach the client as a clear error (or as the
 upstream's own status and body), and afterwards the proxy must still serve and hold nothing open:
@@ -23,8 +23,8 @@ import openai
 import orjson
 import pytest
 
-from tests.processes import VENV_BIN, free_port, running
-from tests.upstreams.faulty import (
+from tests.support.processes import VENV_BIN, free_port, running
+from tests.support.upstreams.faulty import (
     ConnectionRecord,
     FaultyUpstream,
     closed_port,

@@ -21,11 +21,10 @@ from proxy.engine.chat import plan_chat
 from proxy.engine.compaction import Policy
 from proxy.engine.notes import DROPPED_PREFIX
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
-from proxy.settings import ModelWindow
-from tests.fakes import RecordingUpstream, proxy_client
-from tests.format_chats import ANTHROPIC as ANTHROPIC_SHAPE
-from tests.format_chats import RESPONSES as RESPONSES_SHAPE
-from tests.format_chats import as_anthropic, as_responses, check_compacted
+from tests.support.fakes import RecordingUpstream, proxy_client
+from tests.support.format_chats import ANTHROPIC as ANTHROPIC_SHAPE
+from tests.support.format_chats import RESPONSES as RESPONSES_SHAPE
+from tests.support.format_chats import as_anthropic, as_responses, check_compacted, window_of
 
 Message = dict[str, Any]
 # Keys the adapters read, and a few they do not.
@@ -90,10 +89,6 @@ def in_format(name: str, chat: list[Message]) -> dict[str, Any]:
         system, messages = as_anthropic(chat)
         return {"system": system, "messages": messages, "max_tokens": 100, **extra}
     return {"messages": chat, "max_tokens": 100, **extra}
-
-
-def window_of(tokens: int, keep: int = 2) -> ModelWindow:
-    return ModelWindow(window=tokens, threshold=0.8, target=0.6, keep_recent_turns=keep, reply_reserve=100)
 
 
 def compacted(
@@ -275,7 +270,7 @@ async def test_an_anthropic_overflow_is_retried_harder() -> None:
 
 
 def tool_chat_for_app() -> list[Message]:
-    from tests.upstreams.chats import support_chat
+    from tests.support.upstreams.chats import support_chat
 
     return support_chat(10, result_items=20)
 

@@ -1,10 +1,10 @@
 """Every wire format through its official client, against the real proxy process and a recording
-upstream that speaks the format (``tests.upstreams.formats``): the OpenAI SDK's ``responses``, the
+upstream that speaks the format (``tests.support.upstreams.formats``): the OpenAI SDK's ``responses``, the
 Anthropic SDK's ``messages`` and ``AzureOpenAI``, stream and not.
 
 Each long history is sent once straight to the upstream (which rejects it, and records exactly what
 the client sent) and once through the proxy; the same invariants are checked on what the upstream
-received (``tests.format_chats.check_compacted``), with the fields besides the history untouched, and
+received (``tests.support.format_chats.check_compacted``), with the fields besides the history untouched, and
 the compacted request sent again goes through unchanged (idempotence).
 """
 
@@ -19,10 +19,10 @@ import httpx
 import openai
 import pytest
 
-from tests.format_chats import ANTHROPIC, RESPONSES, as_anthropic, as_responses, check_compacted
-from tests.format_fixtures import API_KEY, WINDOW, last_body, recorded, running_proxy
-from tests.upstreams.chats import support_chat
-from tests.upstreams.formats import REPLY
+from tests.support.format_chats import ANTHROPIC, RESPONSES, as_anthropic, as_responses, check_compacted
+from tests.support.format_fixtures import API_KEY, WINDOW, last_body, recorded, running_proxy
+from tests.support.upstreams.chats import support_chat
+from tests.support.upstreams.formats import REPLY
 
 pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from proxy.counting.tokens import RequestCounter, count_chars4
 from proxy.engine.compaction import Budget, Policy, compact
 from proxy.server.app import create_app
-from tests.fakes import RecordingUpstream, completion, make_settings
+from tests.support.fakes import RecordingUpstream, completion, make_settings
 
 FUZZ = settings(
     max_examples=150,

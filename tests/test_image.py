@@ -26,9 +26,9 @@ import openai
 import orjson
 import pytest
 
-from tests.processes import free_port
-from tests.upstreams.chats import TOOLS, support_chat
-from tests.upstreams.faulty import FaultyUpstream, serve_in_thread
+from tests.support.processes import free_port
+from tests.support.upstreams.chats import TOOLS, support_chat
+from tests.support.upstreams.faulty import FaultyUpstream, serve_in_thread
 
 pytestmark = [pytest.mark.image, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -1,6 +1,8 @@
 """The folders are the layers, and no lower layer imports a higher one (read with `ast`, so an
 import inside a function counts too). Bottom to top: `errors`, `counting/`, `settings`, `engine/`,
-`metrics`, `formats/`, `upstream/`, `bridges/`, `server/`, and the commands (`cli`, `demo`, `stub`)."""
+`metrics`, `formats/`, `upstream/`, `bridges/`, `server/`, and the commands (`cli`, `demo`, `stub`).
+Beside them, tests and benchmarks share one helper package, `tests/support/`, and import nothing
+else of each other."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-PROXY = Path(__file__).resolve().parent.parent / "proxy"
+ROOT = Path(__file__).resolve().parent.parent
+PROXY = ROOT / "proxy"
 
 # A module may import modules of its own rank or lower.
 RANKS = {
@@ -95,3 +98,50 @@ def test_the_check_fails_on_a_bad_import(module: str, line: str) -> None:
     path = PROXY / module
     source = path.read_text() + f"\n\ndef _late() -> None:\n    {line}\n"
     assert violations(path, source), f"{line} in {module} went unnoticed"
+
+
+def _outside(imported: str) -> bool:
+    """An import of the tests or benchmarks other than the shared helper package."""
+    top = imported.split(".")[0]
+    return top == "benchmarks" or (top == "tests" and imported.split(".")[:2] != ["tests", "support"])
+
+
+def helper_violations(path: Path, source: str) -> list[str]:
+    """Test modules and the helpers import `tests.support`, not another test module nor a benchmark;
+    benchmarks import `tests.support` and each other, not a test module."""
+    in_benchmarks = path.relative_to(ROOT).parts[0] == "benchmarks"
+    bad = []
+    for imported in imports(ast.parse(source)):
+        if in_benchmarks and imported.split(".")[0] == "benchmarks":
+            continue
+        if _outside(imported):
+            bad.append(f"{path.relative_to(ROOT)} imports {imported}: share it through tests/support/")
+    return bad
+
+
+SHARED = sorted(
+    p
+    for folder in ("tests", "benchmarks")
+    for p in (ROOT / folder).rglob("*.py")
+    if "node_modules" not in p.parts and p.name != "conftest.py"
+)
+
+
+@pytest.mark.parametrize("path", SHARED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_tests_and_benchmarks_share_only_the_support_package(path: Path) -> None:
+    assert helper_violations(path, path.read_text()) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "line"),
+    [
+        ("tests/test_loops.py", "from tests.test_compaction import assert_invariants"),
+        ("tests/test_cache_stability.py", "from benchmarks import bench_cache"),
+        ("tests/support/fakes.py", "import benchmarks.run"),
+        ("benchmarks/bench_engine.py", "from tests.test_formats import window_of"),
+    ],
+)
+def test_the_helper_check_fails_on_a_bad_import(module: str, line: str) -> None:
+    path = ROOT / module
+    source = path.read_text() + f"\n\ndef _late() -> None:\n    {line}\n"
+    assert helper_violations(path, source), f"{line} in {module} went unnoticed"

@@ -20,9 +20,9 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from tests.upstreams.chats import TOOLS, short_chat, support_chat
-from tests.upstreams.llama import LlamaServer, count_prompt_tokens
-from tests.upstreams.proxy_server import overflow_retries, proxy_for_llama
+from tests.support.upstreams.chats import TOOLS, short_chat, support_chat
+from tests.support.upstreams.llama import LlamaServer, count_prompt_tokens
+from tests.support.upstreams.proxy_server import overflow_retries, proxy_for_llama
 
 pytestmark = pytest.mark.llama
 

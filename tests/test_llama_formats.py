@@ -14,10 +14,10 @@ import anthropic
 import openai
 import pytest
 
-from tests.format_chats import as_anthropic, as_responses
-from tests.upstreams.chats import TOOLS, support_chat
-from tests.upstreams.llama import LlamaServer
-from tests.upstreams.proxy_server import overflow_retries, proxy_for_llama
+from tests.support.format_chats import as_anthropic, as_responses
+from tests.support.upstreams.chats import TOOLS, support_chat
+from tests.support.upstreams.llama import LlamaServer
+from tests.support.upstreams.proxy_server import overflow_retries, proxy_for_llama
 
 pytestmark = pytest.mark.llama
 

@@ -14,9 +14,9 @@ from typing import Any
 import openai
 import pytest
 
-from tests.test_loops import one_request_loop
-from tests.upstreams.llama import LlamaServer, count_prompt_tokens
-from tests.upstreams.proxy_server import running_proxy
+from tests.support.loops import one_request_loop
+from tests.support.upstreams.llama import LlamaServer, count_prompt_tokens
+from tests.support.upstreams.proxy_server import running_proxy
 
 pytestmark = pytest.mark.llama
 

@@ -17,10 +17,10 @@ import httpx
 import openai
 import pytest
 
-from tests.format_chats import as_responses
-from tests.test_marker_roles import answered_loop_chat, in_format, loop_chat
-from tests.upstreams.llama import LlamaServer, running_llama_server
-from tests.upstreams.proxy_server import running_proxy
+from tests.support.format_chats import as_responses, in_format
+from tests.support.role_chats import answered_loop_chat, loop_chat
+from tests.support.upstreams.llama import LlamaServer, running_llama_server
+from tests.support.upstreams.proxy_server import running_proxy
 
 pytestmark = pytest.mark.llama
 

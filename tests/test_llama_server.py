@@ -13,8 +13,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.upstreams.chats import TOOLS, short_chat, support_chat
-from tests.upstreams.llama import LlamaServer, count_prompt_tokens
+from tests.support.upstreams.chats import TOOLS, short_chat, support_chat
+from tests.support.upstreams.llama import LlamaServer, count_prompt_tokens
 
 pytestmark = pytest.mark.llama
 

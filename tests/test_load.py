@@ -1,8 +1,8 @@
 """One proxy process under many concurrent streams, and its graceful shutdown.
 
-The upstream is `tests/upstreams/faulty.py` as its own process (in its normal mode), so it does not
+The upstream is `tests/support/upstreams/faulty.py` as its own process (in its normal mode), so it does not
 share a core and a GIL with the 200 clients driven from here; the driver is
-`tests/load.py`'s, which `benchmarks/bench_streams.py` uses too (a few lines of raw asyncio
+`tests/support/load.py`'s, which `benchmarks/bench_streams.py` uses too (a few lines of raw asyncio
 HTTP/1.1, cheap enough per stream that the client is not what is measured). Everything is bounded: a round starts no stream after its
 deadline and gives each stream 60 s.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.load import (
+from tests.support.load import (
     RoundResult,
     cpu_seconds,
     drive,
@@ -28,7 +28,7 @@ from tests.load import (
     rss_kib,
     upstream_process,
 )
-from tests.upstreams.faulty import serve_in_thread, sse_body
+from tests.support.upstreams.faulty import serve_in_thread, sse_body
 
 pytestmark = pytest.mark.slow
 

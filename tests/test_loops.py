@@ -8,7 +8,6 @@ the latest request intact, idempotence, and never over the window unless the res
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -17,12 +16,12 @@ from hypothesis import strategies as st
 from proxy.counting.tokens import RequestCounter, count_chars4
 from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
 from proxy.engine.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
-from tests.fakes import RecordingUpstream, proxy_client
-from tests.format_chats import unmerged
-from tests.test_compaction import assert_invariants, assert_no_orphans
+from tests.support.fakes import RecordingUpstream, proxy_client
+from tests.support.format_chats import unmerged
+from tests.support.invariants import assert_invariants, assert_no_orphans
+from tests.support.loops import PYTEST, SYSTEM, one_request_loop, source, step
 
 count = RequestCounter(count_chars4).message
-SYSTEM = "You are a coding agent. Read files before editing them; run the tests after each change."
 
 
 def budget(window: int) -> Budget:
@@ -31,55 +30,6 @@ def budget(window: int) -> Budget:
 
 def run(messages: list[dict[str, Any]], window: int, **policy: Any) -> CompactionResult:
     return compact(messages, budget(window), count, Policy(**policy))
-
-
-def source(name: str, lines: int) -> str:
-    body = []
-    for k in range(lines // 4):
-        body += [f"def {name}_{k}(payload):", f"    value = payload[{k}]", "    return value * 2", ""]
-    return "\n".join(f"{n:6}\t{line}" for n, line in enumerate(body, 1))
-
-
-def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-
-
-def step(
-    messages: list[dict[str, Any]], k: int, results: list[tuple[str, str]], text: str | None = None
-) -> None:
-    """One model call answered with parallel tool calls, and their results."""
-    calls = [call(f"c{k}_{j}", name, path=f"src/mod_{k}_{j}.py") for j, (name, _) in enumerate(results)]
-    messages.append({"role": "assistant", "content": text, "tool_calls": calls})
-    messages += [
-        {"role": "tool", "tool_call_id": c["id"], "content": content}
-        for c, (_, content) in zip(calls, results, strict=True)
-    ]
-
-
-def one_request_loop(steps: int, parallel: int = 1, lines: int = 240) -> list[dict[str, Any]]:
-    loop = [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": "The billing tests fail since the merge. Find out why and fix it."},
-    ]
-    for k in range(steps):
-        step(loop, k, [("read_file", source(f"fn{k}x{j}", lines)) for j in range(parallel)])
-    return loop
-
-
-PYTEST = """============================= test session starts ==============================
-collected 212 items
-
-tests/test_billing.py ....F.....
-________________________________ test_totals ________________________________
->       assert total(invoice) == 129
-E       KeyError: 'invoice_88213'
-
-src/billing/totals.py:41: KeyError
-=========================== short test summary info ============================
-FAILED tests/test_billing.py::test_totals - KeyError: 'invoice_88213'
-========================= 1 failed, 211 passed in 3.21s =========================
-[exit status 1]
-"""
 
 
 def test_one_request_loop_notes_older_results_and_keeps_the_last_three() -> None:
@@ -273,7 +223,7 @@ def test_nothing_is_dropped_when_dropping_would_make_it_bigger() -> None:
 
 async def test_level_3_summarises_the_exchanges_a_loop_dropped() -> None:
     from proxy.engine.summary import SUMMARY_PREFIX
-    from tests.test_summaries import SummarisingUpstream
+    from tests.support.fakes import SummarisingUpstream
 
     upstream = SummarisingUpstream()
     loop = one_request_loop(0)

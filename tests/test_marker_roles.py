@@ -24,9 +24,9 @@ from proxy.engine.compaction import Policy
 from proxy.engine.notes import DROPPED_PREFIX
 from proxy.engine.summary import SUMMARY_PREFIX
 from proxy.formats import ANTHROPIC, CHAT, OLLAMA, RESPONSES, WireFormat
-from tests.conversations import SYSTEM, order_result, tool_call
-from tests.format_chats import as_anthropic, as_responses
-from tests.test_formats import window_of
+from tests.support.conversations import SYSTEM, tool_call
+from tests.support.format_chats import in_format, window_of
+from tests.support.role_chats import agent_turn, answered_loop_chat, loop_chat, plain_chat, result
 
 Message = dict[str, Any]
 COUNTER = RequestCounter(count_chars4)
@@ -97,21 +97,6 @@ def _results_only(message: Message) -> bool:
     return isinstance(content, list) and all(b.get("type") == "tool_result" for b in content)
 
 
-def in_format(wire: WireFormat, chat: list[Message]) -> dict[str, Any]:
-    if wire is RESPONSES:
-        instructions, items = as_responses(chat)
-        return {"model": "m", "instructions": instructions, "input": items[1:], "max_output_tokens": 100}
-    if wire is ANTHROPIC:
-        # `as_anthropic` expects a last user request: give it one, then take it away again.
-        ends_in_results = chat[-1]["role"] == "tool"
-        system, messages = as_anthropic(
-            [*chat, {"role": "user", "content": "."}] if ends_in_results else chat
-        )
-        messages = messages[:-1] if ends_in_results else messages
-        return {"model": "m", "system": system, "messages": messages, "max_tokens": 100}
-    return {"model": "m", "messages": chat, "max_tokens": 100}
-
-
 def compacted(wire: WireFormat, chat: list[Message], window: int, **policy: Any) -> dict[str, Any]:
     body = in_format(wire, chat)
     conversation = wire.read(body, {})
@@ -120,46 +105,6 @@ def compacted(wire: WireFormat, chat: list[Message], window: int, **policy: Any)
     plan = plan_chat(request, request["messages"], window_of(window), COUNTER, Policy(**policy))
     assert plan.result.dropped, "the case must drop a stretch"
     return wire.write(body, conversation, plan)
-
-
-def result(k: int, items: int = 25) -> str:
-    return order_result(k, items, seed=k)
-
-
-def agent_turn(chat: list[Message], request: str, steps: int, first: int = 0) -> None:
-    chat.append({"role": "user", "content": request})
-    for k in range(first, first + steps):
-        call = tool_call(f"call{k:05d}", "get_order", order=k)
-        chat.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        chat.append({"role": "tool", "tool_call_id": call["id"], "content": result(k)})
-
-
-def loop_chat() -> list[Message]:
-    """One request, then a long tool loop: the stretch dropped stands between the request and an
-    assistant tool-calls message, so no role fits the marker: it joins that message."""
-    chat: list[Message] = [{"role": "system", "content": SYSTEM}]
-    agent_turn(chat, "Check every order of last week for a bent wheel.", 30)
-    return chat
-
-
-def answered_loop_chat() -> list[Message]:
-    """A loop answered in words, then the next request's loop: the stretch dropped ends at the
-    answer, so an assistant marker would stand right before an assistant message."""
-    chat: list[Message] = [{"role": "system", "content": SYSTEM}]
-    agent_turn(chat, "Check every order of last week for a bent wheel.", 24)
-    chat.append({"role": "assistant", "content": "Orders 3 and 17 had a bent wheel: returns opened."})
-    agent_turn(chat, "Now check the week before.", 4, first=24)
-    return chat
-
-
-def plain_chat() -> list[Message]:
-    """A chat without tools: the first answers go, the marker answers the first request."""
-    chat: list[Message] = [{"role": "system", "content": SYSTEM}]
-    for k in range(12):
-        chat.append({"role": "user", "content": f"Question {k}: what about order {k}?"})
-        chat.append({"role": "assistant", "content": f"Answer {k}: " + "it is on its way. " * 120})
-    chat.append({"role": "user", "content": "Thanks, that is all."})
-    return chat
 
 
 CASES = {"loop": (loop_chat, 4000), "answered loop": (answered_loop_chat, 4000), "plain": (plain_chat, 3000)}
@@ -244,8 +189,7 @@ def compacted_result(chat: list[Message], window: int) -> Any:
 async def test_a_summary_stands_where_its_marker_did_merged_too() -> None:
     """Level 3: the summary of a stretch whose marker joined the tool-calls message after the first
     request joins it too; the calls stay, and roles still alternate."""
-    from tests.fakes import proxy_client
-    from tests.test_summaries import SummarisingUpstream
+    from tests.support.fakes import SummarisingUpstream, proxy_client
 
     upstream = SummarisingUpstream()
     async with proxy_client(upstream, window=4000, summarize=True, summary_tokens=200) as client:

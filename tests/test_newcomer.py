@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conversations import bike_shop_chat
-from tests.processes import free_port, running
+from tests.support.conversations import bike_shop_chat
+from tests.support.processes import free_port, running
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

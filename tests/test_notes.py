@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from proxy.counting.estimator import estimate_text_tokens
 from proxy.engine.notes import NOTE_PREFIX, build_note, cap_text, note_without_facts
-from tests.upstreams.faulty import FaultyUpstream, serve_in_thread
-from tests.upstreams.proxy_server import running_proxy
+from tests.support.upstreams.faulty import FaultyUpstream, serve_in_thread
+from tests.support.upstreams.proxy_server import running_proxy
 
 # The reproductions and their kin: long runs of one character class, separators, alternations.
 ADVERSARIAL = {

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.format_fixtures import recorded
+from tests.support.format_fixtures import recorded
 
 pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
 

@@ -1,4 +1,4 @@
-"""OpenAI chats for an Ollama upstream, in-process against the fake Ollama (`tests/upstreams/ollama.py`,
+"""OpenAI chats for an Ollama upstream, in-process against the fake Ollama (`tests/support/upstreams/ollama.py`,
 v0.33): what reaches `/api/chat` (translated as Ollama's own `/v1` layer would, plus `num_ctx`), what
 the client gets back, and what stays on `/v1`."""
 
@@ -15,8 +15,8 @@ from proxy.bridges.ollama.bridge import SseTranslator
 from proxy.counting.calibration import truncated_window
 from proxy.server.app import create_app
 from proxy.settings import Settings, describe_validation_error
-from tests.fakes import RecordingUpstream, completion, make_settings, proxy_client, sse_chunks
-from tests.upstreams.ollama import FakeOllama, ModelSpec
+from tests.support.fakes import RecordingUpstream, completion, make_settings, proxy_client, sse_chunks
+from tests.support.upstreams.ollama import FakeOllama, ModelSpec
 
 MODEL = "llama3.2:3b"
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="

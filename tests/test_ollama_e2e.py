@@ -1,4 +1,4 @@
-"""The real `compacting-proxy` process in front of a fake Ollama (v0.33, `tests/upstreams/ollama.py`)
+"""The real `compacting-proxy` process in front of a fake Ollama (v0.33, `tests/support/upstreams/ollama.py`)
 at its default 4,096-token context, driven by the official `openai` and `ollama` clients.
 
 With no proxy settings at all, chats that grow to 50,000 tokens are never cut by the upstream:
@@ -19,9 +19,9 @@ import ollama
 import pytest
 from openai import OpenAI
 
-from tests.upstreams.chats import SYSTEM, TOOLS, parts_result
-from tests.upstreams.ollama import FakeOllama, prompt_size, running_fake_ollama
-from tests.upstreams.proxy_server import ProxyServer, running_proxy
+from tests.support.upstreams.chats import SYSTEM, TOOLS, parts_result
+from tests.support.upstreams.ollama import FakeOllama, prompt_size, running_fake_ollama
+from tests.support.upstreams.proxy_server import ProxyServer, running_proxy
 
 pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
 

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 
 from proxy.engine.notes import NOTE_PREFIX
-from tests.conversations import SYSTEM, order_result
-from tests.fakes import ClosingStream, RecordingUpstream, proxy_client
+from tests.support.conversations import SYSTEM, order_result
+from tests.support.fakes import ClosingStream, RecordingUpstream, proxy_client
 
 NDJSON = [
     b'{"model":"llama3.1:8b","message":{"role":"assistant","content":"Hel"},"done":false}\n',

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from proxy.server.logs import JsonFormatter, RequestIdFilter, log_config, request_id
-from tests.conversations import bike_shop_chat
-from tests.fakes import RecordingUpstream, proxy_client
+from tests.support.conversations import bike_shop_chat
+from tests.support.fakes import RecordingUpstream, proxy_client
 
 SECRET = "sk-very-secret-key"
 

@@ -7,8 +7,8 @@ import pytest
 
 from proxy.engine.overflow import parse_overflow
 from proxy.stub import create_stub
-from tests.conversations import bike_shop_chat
-from tests.fakes import RecordingUpstream, proxy_client
+from tests.support.conversations import bike_shop_chat
+from tests.support.fakes import RecordingUpstream, proxy_client
 
 LLAMA = (
     b'{"error":{"code":400,"message":"request (3184 tokens) exceeds the available context size (1024 tokens), '

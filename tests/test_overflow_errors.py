@@ -28,7 +28,7 @@ import ollama
 import openai
 import pytest
 
-from tests.format_fixtures import WINDOW, recorded
+from tests.support.format_fixtures import WINDOW, recorded
 
 pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
 

@@ -191,8 +191,8 @@ async def test_exact_counts_from_vllm_and_llama_cpp() -> None:
 
 
 async def test_auto_window_decides_through_the_app() -> None:
-    from tests.conversations import bike_shop_chat
-    from tests.fakes import RecordingUpstream, completion, proxy_client
+    from tests.support.conversations import bike_shop_chat
+    from tests.support.fakes import RecordingUpstream, completion, proxy_client
 
     def respond(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/models":
@@ -218,7 +218,7 @@ async def test_auto_window_decides_through_the_app() -> None:
 
 
 async def test_a_configured_window_wins_over_detection() -> None:
-    from tests.fakes import RecordingUpstream, proxy_client
+    from tests.support.fakes import RecordingUpstream, proxy_client
 
     upstream = RecordingUpstream()
     async with proxy_client(upstream, window="auto", model_windows="m=1000") as client:

@@ -1,6 +1,6 @@
 """Real sockets, real clients, real sizes: the `compacting-proxy` process between clients (the
 official `openai` SDKs for Python and Node, `http.client`, raw sockets) and a real upstream on
-loopback (`tests/upstreams/faulty.py`, which keeps every request's bytes and header lines).
+loopback (`tests/support/upstreams/faulty.py`, which keeps every request's bytes and header lines).
 
 Long chats of 20 KB to 8 MB go through one after another on one keep-alive connection, streamed
 and not: each must be answered 200, and reach the upstream as the same bytes when under the line,
@@ -31,9 +31,9 @@ import httpx
 import openai
 import pytest
 
-from tests.upstreams.chats import TOOLS, support_chat
-from tests.upstreams.faulty import FaultyUpstream, RequestRecord, serve_in_thread
-from tests.upstreams.proxy_server import ProxyServer, running_proxy
+from tests.support.upstreams.chats import TOOLS, support_chat
+from tests.support.upstreams.faulty import FaultyUpstream, RequestRecord, serve_in_thread
+from tests.support.upstreams.proxy_server import ProxyServer, running_proxy
 
 pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
 

@@ -30,8 +30,8 @@ import openai
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes import RecordingUpstream, completion, proxy_client
-from tests.processes import VENV_BIN, free_port, running
+from tests.support.fakes import RecordingUpstream, completion, proxy_client
+from tests.support.processes import VENV_BIN, free_port, running
 
 CLIENT_KEY = "client-secret-for-the-proxy"
 UPSTREAM_KEY = "upstream-secret"

@@ -12,32 +12,10 @@ import httpx
 import pytest
 
 from proxy.engine.summary import INSTRUCTIONS, SUMMARY_PREFIX, chunks
-from tests.conversations import agent_chat
-from tests.fakes import RecordingUpstream, completion, proxy_client
-from tests.format_chats import as_anthropic, as_responses
-from tests.processes import free_port
-
-
-class SummarisingUpstream(RecordingUpstream):
-    """Answers chat requests; answers summary requests with a summary naming what it was given."""
-
-    def __init__(self, fail: bool = False) -> None:
-        super().__init__(respond=self.answer)
-        self.fail = fail
-        self.summary_calls = 0
-
-    def answer(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        if body["messages"][0].get("content") == INSTRUCTIONS:
-            self.summary_calls += 1
-            if self.fail:
-                return httpx.Response(500, text="summariser down")
-            return httpx.Response(200, json=completion(f"- order #4471 summary {self.summary_calls}"))
-        return httpx.Response(200, json=completion())
-
-    def chat_requests(self) -> list[dict[str, Any]]:
-        bodies = [json.loads(r.content) for r in self.requests]
-        return [b for b in bodies if b["messages"][0].get("content") != INSTRUCTIONS]
+from tests.support.conversations import agent_chat
+from tests.support.fakes import SummarisingUpstream, completion, proxy_client
+from tests.support.format_chats import as_anthropic, as_responses
+from tests.support.processes import free_port
 
 
 def long_chat(turns: int = 30) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from proxy.engine.chat import Body, ChatPlan
 from proxy.formats import ROUTES, Conversation, Route, RouteTable
 from proxy.formats.base import Part, rebuild, rewrite_items
 from proxy.server.app import create_app
-from tests.fakes import RecordingUpstream, make_settings
+from tests.support.fakes import RecordingUpstream, make_settings
 
 
 class Transcript:

@@ -1,6 +1,6 @@
 """The Vercel AI SDK's default provider (``createOpenAI({baseURL})("model")`` posts to
 ``/v1/responses``), run by Node against the real proxy process and the recording upstream that
-speaks the Responses API (``tests.upstreams.formats``), generated and streamed."""
+speaks the Responses API (``tests.support.upstreams.formats``), generated and streamed."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.format_chats import RESPONSES, check_compacted
-from tests.format_fixtures import last_body
-from tests.upstreams.chats import support_chat
-from tests.upstreams.formats import REPLY
+from tests.support.format_chats import RESPONSES, check_compacted
+from tests.support.format_fixtures import last_body
+from tests.support.upstreams.chats import support_chat
+from tests.support.upstreams.formats import REPLY
 
 NODE_DIR = Path(__file__).parent / "node"
 SCRIPT = NODE_DIR / "vercel_responses.mjs"

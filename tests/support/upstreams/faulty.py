@@ -32,7 +32,7 @@ Two ways to run it:
 - in-process, `serve_in_thread()`: its own event loop in a daemon thread, so synchronous tests and
   subprocesses around it are unaffected, and a test reads the connection records directly (this is
   how the fault tests watch the proxy close its upstream connection);
-- as a process, ``python -m tests.upstreams.faulty --port P``: for load tests, so the upstream does
+- as a process, ``python -m tests.support.upstreams.faulty --port P``: for load tests, so the upstream does
   not share a GIL and a core with the test's own clients. Counters are at ``GET /_faulty/stats``.
 """
 
@@ -456,7 +456,7 @@ def closed_port() -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.upstreams.faulty", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.support.upstreams.faulty", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--max-seconds", type=float, default=3600, help="exit after this long, whatever")

@@ -1,7 +1,7 @@
 r"""A scripted model server that plays a coding agent for the real agent CLIs (Claude Code, Codex,
 opencode), on a real source tree, with a window it enforces with a real tokenizer.
 
-Run it as a process: ``python -m tests.upstreams.agent_model --port N --window W --steps S --tree DIR``.
+Run it as a process: ``python -m tests.support.upstreams.agent_model --port N --window W --steps S --tree DIR``.
 For each request that offers tools it answers 1-3 calls of the tools the client offers (Claude Code's
 ``Read``/``Bash``/``Grep``/``Glob``, Codex's ``shell``/``exec_command``/``shell_command``, opencode's
 ``read``/``bash``/``grep``/``glob``) with real arguments: files of ``DIR`` and grep patterns found in

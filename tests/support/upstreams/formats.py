@@ -1,6 +1,6 @@
 """A recording upstream that speaks each compacted wire format faithfully, stream and not.
 
-Run it as a process (``python -m tests.upstreams.formats --port N --window W``) and point the real
+Run it as a process (``python -m tests.support.upstreams.formats --port N --window W``) and point the real
 proxy at ``http://127.0.0.1:N/v1``.  Every request it receives is kept (path, query, headers, raw
 body) and listed at ``GET /_recorded`` (``DELETE`` clears it).  Like a strict real server it counts
 the prompt (four characters per token over what it was sent) and rejects one over its window with

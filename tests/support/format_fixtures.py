@@ -1,5 +1,5 @@
 """Pytest plugin (loaded from ``tests/conftest.py``): the recording upstream that speaks every
-compacted format (``tests.upstreams.formats``) and the real proxy process in front of it, one each
+compacted format (``tests.support.upstreams.formats``) and the real proxy process in front of it, one each
 per module, and what the upstream received."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.processes import VENV_BIN, free_port, running
+from tests.support.processes import VENV_BIN, free_port, running
 
 FAKE = Path(__file__).parent / "upstreams" / "formats.py"
 

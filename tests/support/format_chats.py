@@ -1,4 +1,4 @@
-"""The bike-shop support chat (``tests.upstreams.chats.support_chat``) in each wire format, and the
+"""The bike-shop support chat (``tests.support.upstreams.chats.support_chat``) in each wire format, and the
 invariants every format's compaction must keep, checked on what the upstream received.
 
 ``as_responses`` and ``as_anthropic`` turn a Chat Completions history into that format the way its
@@ -15,8 +15,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from proxy import formats
 from proxy.engine.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX
 from proxy.engine.summary import SUMMARY_PREFIX
+from proxy.formats import WireFormat
+from proxy.settings import ModelWindow
 
 Item = dict[str, Any]
 MARKS = (DROPPED_PREFIX, SUMMARY_PREFIX)
@@ -230,3 +233,23 @@ def _is_part_of(shape: Shape, item: Item, original: Item) -> bool:
         return False
     blank = _blank_results(shape, {"content": whole})["content"]
     return all(block in blank for block in _blank_results(shape, {"content": content})["content"])
+
+
+def in_format(wire: WireFormat, chat: list[dict[str, Any]]) -> dict[str, Any]:
+    """`chat` as a request body in `wire`'s format, with a small reply limit."""
+    if wire is formats.RESPONSES:
+        instructions, items = as_responses(chat)
+        return {"model": "m", "instructions": instructions, "input": items[1:], "max_output_tokens": 100}
+    if wire is formats.ANTHROPIC:
+        # `as_anthropic` expects a last user request: give it one, then take it away again.
+        ends_in_results = chat[-1]["role"] == "tool"
+        system, messages = as_anthropic(
+            [*chat, {"role": "user", "content": "."}] if ends_in_results else chat
+        )
+        messages = messages[:-1] if ends_in_results else messages
+        return {"model": "m", "system": system, "messages": messages, "max_tokens": 100}
+    return {"model": "m", "messages": chat, "max_tokens": 100}
+
+
+def window_of(tokens: int, keep: int = 2) -> ModelWindow:
+    return ModelWindow(window=tokens, threshold=0.8, target=0.6, keep_recent_turns=keep, reply_reserve=100)

@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import orjson
 
-from tests.processes import VENV_BIN, free_port, running
-from tests.upstreams.faulty import sse_body
+from tests.support.processes import VENV_BIN, free_port, running
+from tests.support.upstreams.faulty import sse_body
 
 MESSAGES = [{"role": "user", "content": "Stream me something."}]
 
@@ -181,9 +181,9 @@ def fd_count(pid: int) -> int:
 def upstream_process(max_seconds: float = 600) -> Iterator[str]:
     """The faulty upstream as its own process; yields its /v1 URL."""
     port = free_port()
-    args = [sys.executable, "-m", "tests.upstreams.faulty", "--port", str(port)]
+    args = [sys.executable, "-m", "tests.support.upstreams.faulty", "--port", str(port)]
     args += ["--max-seconds", str(max_seconds)]
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with running(args, ready_url=f"http://127.0.0.1:{port}/health", env=env):
         yield f"http://127.0.0.1:{port}/v1"

@@ -19,7 +19,7 @@ import httpx
 
 from scripts import llama_server as llama_build
 from scripts import tiny_model
-from tests.upstreams.processes import ServerStartError, free_port, log_tail, stop, wait_healthy
+from tests.support.processes import ServerStartError, free_port, log_tail, stop, wait_healthy
 
 CHAT_TEMPLATE = "Qwen-Qwen2.5-7B-Instruct.jinja"
 STARTUP_TIMEOUT_S = 30.0

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.upstreams.processes import free_port, log_tail, stop, wait_healthy
+from tests.support.processes import free_port, log_tail, stop, wait_healthy
 
 STARTUP_TIMEOUT_S = 20.0
 

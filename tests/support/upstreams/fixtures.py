@@ -1,6 +1,6 @@
 """Pytest plugin for tests marked ``llama``: one real llama-server for the whole session.
 
-Load it from ``tests/conftest.py`` with ``pytest_plugins = ["tests.upstreams.fixtures"]`` (a plugin,
+Load it from ``tests/conftest.py`` with ``pytest_plugins = ["tests.support.upstreams.fixtures"]`` (a plugin,
 not a plain import, so the collection hook below runs too).
 
 The binary is built at most once per machine (``scripts/llama_server.py``, ~10 minutes).  When
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from scripts import llama_server as llama_build
-from tests.upstreams.llama import LlamaServer, running_llama_server
+from tests.support.upstreams.llama import LlamaServer, running_llama_server
 
 SESSION_CTX = 4096  # room for a short chat with the tool schemas (~1,200 tokens)
 

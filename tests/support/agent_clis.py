@@ -1,5 +1,5 @@
 """Run a real agent CLI (from npm, pinned by tests/clis/package-lock.json) against the scripted model
-server (tests/upstreams/agent_model.py), directly or through the real ``compacting-proxy`` process,
+server (tests/support/upstreams/agent_model.py), directly or through the real ``compacting-proxy`` process,
 and summarise what the server received.
 
 Each CLI runs non-interactively, in a fresh home, with telemetry, update checks and every other
@@ -41,11 +41,11 @@ from typing import Any
 
 import httpx
 
-from tests.upstreams.agent_model import DONE_MARK, TASK_MARK
-from tests.upstreams.processes import free_port, log_tail, stop, wait_healthy
-from tests.upstreams.proxy_server import running_proxy
+from tests.support.processes import free_port, log_tail, stop, wait_healthy
+from tests.support.upstreams.agent_model import DONE_MARK, TASK_MARK
+from tests.support.upstreams.proxy_server import running_proxy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLIS = ROOT / "tests" / "clis"
 BIN = CLIS / "node_modules" / ".bin"
 TASK = (
@@ -129,7 +129,7 @@ def model_server(window: int, steps: int, tree: Path, port: int, tap_to: str | N
     cmd = [
         sys.executable,
         "-m",
-        "tests.upstreams.agent_model",
+        "tests.support.upstreams.agent_model",
         "--port",
         str(port),
         "--window",
@@ -322,7 +322,7 @@ def summarise(
     sent_bodies: dict[str, Any],
     seconds: float,
 ) -> Run:
-    from tests.upstreams.agent_model import system_digest
+    from tests.support.upstreams.agent_model import system_digest
 
     received = recorded["received"]
     sent = recorded["sent"]

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from proxy.engine.summary import INSTRUCTIONS
 from proxy.server.app import create_app
 from proxy.settings import Settings
 
@@ -102,3 +103,25 @@ def proxy_client(
     transport = upstream if isinstance(upstream, httpx.AsyncBaseTransport) else httpx.MockTransport(upstream)
     app = create_app(make_settings(**overrides), transport=transport)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy.test")
+
+
+class SummarisingUpstream(RecordingUpstream):
+    """Answers chat requests; answers summary requests with a summary naming what it was given."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__(respond=self.answer)
+        self.fail = fail
+        self.summary_calls = 0
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if body["messages"][0].get("content") == INSTRUCTIONS:
+            self.summary_calls += 1
+            if self.fail:
+                return httpx.Response(500, text="summariser down")
+            return httpx.Response(200, json=completion(f"- order #4471 summary {self.summary_calls}"))
+        return httpx.Response(200, json=completion())
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        bodies = [json.loads(r.content) for r in self.requests]
+        return [b for b in bodies if b["messages"][0].get("content") != INSTRUCTIONS]

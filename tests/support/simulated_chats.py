@@ -20,7 +20,7 @@ occurs exactly once in the whole conversation, so "is the substring still there"
 a compactor kept that fact. User requests and answers never repeat a planted value.
 
 Deterministic: the same arguments give the same conversation, byte for byte (one seeded
-`random.Random`, no set or hash ordering). ``python -m benchmarks.conversations`` prints a summary.
+`random.Random`, no set or hash ordering). ``python -m tests.support.simulated_chats`` prints a summary.
 """
 
 from __future__ import annotations
