@@ -1,5 +1,5 @@
 """Relaying Ollama's native chat answer to an OpenAI client: a Chat Completions object, or its NDJSON
-stream re-framed as SSE chunk by chunk as it arrives (the translation is `proxy.bridges.ollama.bridge`).
+stream re-framed as SSE chunk by chunk as it arrives (the translation is `proxy.bridges.ollama.openai_answer`).
 
 The prompt size the answer reports goes to `learn`, which says whether the upstream cut the prompt;
 a non-streamed answer then carries `x-compaction-upstream-truncated` (a stream's headers are gone).
@@ -16,8 +16,8 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from proxy.bridges.ollama.bridge import (
-    OllamaBridge,
+from proxy.bridges.ollama.bridge import OllamaBridge
+from proxy.bridges.ollama.openai_answer import (
     SseTranslator,
     chat_completion,
     completion_id,
