@@ -26,7 +26,7 @@ from proxy.bridges.ollama.openai_answer import (
 from proxy.errors import error_body
 from proxy.metrics import Metrics
 from proxy.upstream.forwarding import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
-from proxy.upstream.planner import Truncation
+from proxy.upstream.prompt_reports import Truncation
 
 log = logging.getLogger("proxy.ollama")
 
