@@ -22,7 +22,7 @@ from proxy.engine.chat import dump_json, parse_json_object, plan_chat
 from proxy.engine.compaction import Policy
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from proxy.settings import ModelWindow
-from proxy.upstream.planner import text_counter
+from proxy.upstream.counters import text_counter
 from tests.support.conversations import agent_chat
 from tests.support.format_chats import as_anthropic, as_responses
 

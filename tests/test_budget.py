@@ -15,7 +15,7 @@ from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, RequestCounter, text_of
 from proxy.engine.chat import budget_for, estimate_margin, text_size
 from proxy.formats import ANTHROPIC, RESPONSES, WireFormat, context_edits, server_manages_context
-from proxy.formats.anthropic import CLEARED_RESULT
+from proxy.formats.anthropic_context_edits import CLEARED_RESULT
 from proxy.settings import Settings
 from tests.support.fakes import RecordingUpstream, completion, proxy_client
 from tests.support.loops import PYTEST, one_request_loop, step

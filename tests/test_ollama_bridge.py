@@ -11,7 +11,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from proxy.bridges.ollama.bridge import SseTranslator
+from proxy.bridges.ollama.openai_answer import SseTranslator
 from proxy.counting.calibration import truncated_window
 from proxy.server.app import create_app
 from proxy.settings import Settings, describe_validation_error

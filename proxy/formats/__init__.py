@@ -10,7 +10,7 @@ import urllib.parse
 from proxy.counting.estimator import estimate_text_tokens
 from proxy.counting.tokens import json_text
 from proxy.engine.chat import Body
-from proxy.formats.anthropic import apply_context_edits
+from proxy.formats.anthropic_context_edits import apply_context_edits
 from proxy.formats.base import Conversation, WireFormat, str_field
 from proxy.formats.responses import SERVER_COMPACTION
 from proxy.formats.routes import (

@@ -5,31 +5,33 @@ for the window when it is `auto`), counts with the calibrated estimate, and only
 the line counts exactly (a local tokenizer, or the upstream's own `/tokenize`), so short requests pay
 nothing. After the upstream has answered, `learn` feeds the reported prompt size back into the
 calibration, and notices when the upstream cut the prompt silently: from then on that model is
-compacted for the window the upstream really used.
+compacted for the window the upstream really used (`proxy.upstream.prompt_reports`). The text
+counters and the note memo every plan shares are `proxy.upstream.counters`.
+
+`Planner`'s methods read in the order a request meets them: the window, the plan (counted with the
+estimate, in a worker thread for a large request, then exactly near the line, or before refusing),
+the retry after an overflow (`harder`), and what the answer reports (`learn`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
-import threading
 import time
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from collections.abc import Sequence
+from dataclasses import replace
 
-from proxy.counting.cache import LruCache, ModelTable
-from proxy.counting.calibration import Calibrator, truncated_window
-from proxy.counting.tokens import MemoTextCounter, RequestCounter, TextCounter, count_chars4
+from proxy.counting.cache import LruCache
+from proxy.counting.calibration import Calibrator
+from proxy.counting.tokens import RequestCounter
 from proxy.engine.chat import Body, ChatPlan, estimate_margin, plan_chat, text_size, validated_messages
 from proxy.engine.compaction import Policy
 from proxy.engine.overflow import Overflow
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
+from proxy.upstream.counters import LockedMemo, text_counter
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
-
-log = logging.getLogger("proxy")
+from proxy.upstream.prompt_reports import PromptReports, Truncation
 
 SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
@@ -41,66 +43,14 @@ OFFLOAD_CHARS = 500_000
 OFFLOAD_SWITCH_INTERVAL = 0.0005  # seconds
 
 
-@lru_cache(maxsize=16)
-def text_counter(spec: str) -> TextCounter:
-    """The text counter a `COMPACT_TOKENIZER` value names (`upstream` estimates; see `Planner`),
-    one per process, remembering the texts it counted."""
-    if spec == "chars4":
-        return count_chars4
-    if spec in ("estimate", "upstream"):
-        from proxy.counting.estimator import estimate_text_tokens
-
-        return MemoTextCounter(estimate_text_tokens)
-    from proxy.counting.tokenizers import load_text_counter
-
-    return MemoTextCounter(load_text_counter(spec))
-
-
-def check_tokenizers(settings: Settings) -> None:
-    """Load every configured tokenizer once, so a missing package fails at start-up, not per request."""
-    specs = {settings.tokenizer} | {o.tokenizer for o in settings.models.values() if o.tokenizer}
-    for spec in sorted(specs):
-        try:
-            text_counter(spec)
-        except (ValueError, RuntimeError) as exc:
-            raise ValueError(f"COMPACT_TOKENIZER={spec}: {exc}") from None
-
-
-class LockedMemo:
-    """A note memo safe to share between the event loop and worker threads (held for a lookup)."""
-
-    def __init__(self, memo: LruCache) -> None:
-        self.memo = memo
-        self.lock = threading.Lock()
-
-    def get(self, key: Hashable) -> str | None:
-        with self.lock:
-            return self.memo.get(key)
-
-    def put(self, key: Hashable, value: str) -> None:
-        with self.lock:
-            self.memo.put(key, value)
-
-    def __len__(self) -> int:
-        return len(self.memo)
-
-
-@dataclass(frozen=True, slots=True)
-class Truncation:
-    """The upstream read less of a prompt than it was sent: it cut it, silently."""
-
-    model: str
-    sent: int  # tokens, by the proxy's (calibrated) count
-    read: int  # tokens, by the upstream's report
-    window: int  # the window the upstream really used, as far as can be told
-
-
 def _spec(plan: ChatPlan) -> str:
     """The text counter behind `plan`'s counts (an upstream count scales the estimate)."""
     return "estimate" if plan.counted_by == "upstream" else plan.counted_by
 
 
 class Planner:
+    """Plans every chat request of the process: its window, its count, its compaction."""
+
     def __init__(
         self,
         settings: Settings,
@@ -114,10 +64,9 @@ class Planner:
         self.detector = detector
         self.exact = exact
         self.calibrator = calibrator or Calibrator(settings.calibrate)
-        self.metrics = metrics
-        # The window the upstream was seen cutting at, per model and per window the request set (for
-        # Ollama, a request without `num_ctx` runs at its default, one with it at that size).
-        self.seen_windows: ModelTable[int] = ModelTable()
+        self.reports = PromptReports(self.calibrator, metrics)
+        # The windows the upstream was seen cutting at (`reports` writes them): every plan reads them.
+        self.seen_windows = self.reports.seen_windows
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
         self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE))
         self._no_exact_until = 0.0
@@ -137,9 +86,6 @@ class Planner:
                 stops = detected.source.startswith(("llama.cpp", "ollama"))
                 window = replace(window, window=detected.tokens, stops_at_end=stops)
         return window
-
-    def counter(self, spec: str, factor: float = 1.0) -> RequestCounter:
-        return RequestCounter(text_counter(spec), factor=factor, image_tokens=self.settings.image_tokens)
 
     async def plan(
         self, body: Body, headers: Sequence[tuple[bytes, bytes]] = (), *, window_tokens: int | None = None
@@ -182,6 +128,70 @@ class Planner:
         self.calibrator.observe(model, round(raw), exact)
         plan = await self._planned(offload, body, messages, window, "estimate", exact / raw)
         return replace(await self._recount(body, plan, headers), counted_by="upstream")
+
+    async def _planned(
+        self,
+        offload: bool,
+        body: Body,
+        messages: list[dict[str, object]],
+        window: ModelWindow,
+        spec: str,
+        factor: float,
+        margin: float = 0.0,
+    ) -> ChatPlan:
+        """`_plan`, in a worker thread for a large request: compacting a big history is CPU work
+        that would otherwise keep every other client of this process waiting."""
+        if not offload:
+            return self._plan(body, messages, window, spec, factor, margin)
+        # The worker holds the GIL while it plans; the event loop gets it back only every switch
+        # interval, after each socket call of another client's request: a shorter one while a plan
+        # runs keeps those requests quick (5 ms, Python's default, added up to 50 ms per /healthz).
+        if self._offloaded == 0:
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(OFFLOAD_SWITCH_INTERVAL)
+        self._offloaded += 1
+        try:
+            return await asyncio.to_thread(self._plan, body, messages, window, spec, factor, margin)
+        finally:
+            self._offloaded -= 1
+            if self._offloaded == 0:
+                sys.setswitchinterval(self._switch_interval)
+
+    def _plan(
+        self,
+        body: Body,
+        messages: list[dict[str, object]],
+        window: ModelWindow,
+        spec: str,
+        factor: float,
+        margin: float = 0.0,
+    ) -> ChatPlan:
+        counter = self.counter(spec, factor)
+        plan = plan_chat(
+            body,
+            messages,
+            window,
+            counter,
+            self.policy,
+            clamp=self._clamps(window),
+            memo=self.notes,
+            margin=margin,
+        )
+        return replace(plan, counted_by=spec)
+
+    def _clamps(self, window: ModelWindow) -> bool:
+        """Whether a reply limit that does not fit beside the prompt is lowered: by default for every
+        server but those that end a reply at the window's end anyway (vLLM and OpenAI refuse
+        prompt + `max_tokens` over the window)."""
+        setting = self.settings.clamp_max_tokens
+        return not window.stops_at_end if setting == "auto" else setting
+
+    def counter(self, spec: str, factor: float = 1.0) -> RequestCounter:
+        return RequestCounter(text_counter(spec), factor=factor, image_tokens=self.settings.image_tokens)
+
+    def counter_for(self, plan: ChatPlan, factor: float | None = None) -> RequestCounter:
+        """The counter `plan` was counted with (the upstream's count scales the estimate)."""
+        return self.counter(_spec(plan), plan.factor if factor is None else factor)
 
     async def _before_refusing(
         self,
@@ -246,38 +256,6 @@ class Planner:
             self._no_exact_until = time.monotonic() + self.settings.window_refresh
         return exact
 
-    async def _planned(
-        self,
-        offload: bool,
-        body: Body,
-        messages: list[dict[str, object]],
-        window: ModelWindow,
-        spec: str,
-        factor: float,
-        margin: float = 0.0,
-    ) -> ChatPlan:
-        """`_plan`, in a worker thread for a large request: compacting a big history is CPU work
-        that would otherwise keep every other client of this process waiting."""
-        if not offload:
-            return self._plan(body, messages, window, spec, factor, margin)
-        # The worker holds the GIL while it plans; the event loop gets it back only every switch
-        # interval, after each socket call of another client's request: a shorter one while a plan
-        # runs keeps those requests quick (5 ms, Python's default, added up to 50 ms per /healthz).
-        if self._offloaded == 0:
-            self._switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(OFFLOAD_SWITCH_INTERVAL)
-        self._offloaded += 1
-        try:
-            return await asyncio.to_thread(self._plan, body, messages, window, spec, factor, margin)
-        finally:
-            self._offloaded -= 1
-            if self._offloaded == 0:
-                sys.setswitchinterval(self._switch_interval)
-
-    def counter_for(self, plan: ChatPlan, factor: float | None = None) -> RequestCounter:
-        """The counter `plan` was counted with (the upstream's count scales the estimate)."""
-        return self.counter(_spec(plan), plan.factor if factor is None else factor)
-
     async def _recount(self, body: Body, plan: ChatPlan, headers: Sequence[tuple[bytes, bytes]]) -> ChatPlan:
         """A compacted request counted exactly once more: the factor of the whole request is not
         that of what is left (tool schemas and role markers weigh more in a short prompt)."""
@@ -308,75 +286,12 @@ class Planner:
             return None
         return harder
 
-    def _plan(
-        self,
-        body: Body,
-        messages: list[dict[str, object]],
-        window: ModelWindow,
-        spec: str,
-        factor: float,
-        margin: float = 0.0,
-    ) -> ChatPlan:
-        counter = self.counter(spec, factor)
-        plan = plan_chat(
-            body,
-            messages,
-            window,
-            counter,
-            self.policy,
-            clamp=self._clamps(window),
-            memo=self.notes,
-            margin=margin,
-        )
-        return replace(plan, counted_by=spec)
-
-    def _clamps(self, window: ModelWindow) -> bool:
-        """Whether a reply limit that does not fit beside the prompt is lowered: by default for every
-        server but those that end a reply at the window's end anyway (vLLM and OpenAI refuse
-        prompt + `max_tokens` over the window)."""
-        setting = self.settings.clamp_max_tokens
-        return not window.stops_at_end if setting == "auto" else setting
+    # After the answer: what the upstream says it read (see `PromptReports`).
 
     def learn(self, plan: ChatPlan, reported: int | None) -> None:
         """Feed the upstream's count of the prompt it received back into the calibration."""
-        self.read_report(plan, reported)
+        self.reports.learn(plan, reported)
 
     def read_report(self, plan: ChatPlan, reported: int | None) -> Truncation | None:
         """`learn`, and the cut the count shows, if the upstream cut the prompt."""
-        if reported is None:
-            return None
-        truncation = self._check_truncation(plan, reported)
-        if plan.counted_by not in ("estimate", "chars4") or (
-            truncation and reported < plan.result.tokens_after
-        ):
-            return truncation  # a count of what was left after a cut says nothing about the estimate
-        before = self.calibrator.factor(plan.model)
-        self.calibrator.observe(plan.model, round(plan.result.tokens_after / plan.factor), reported)
-        after = self.calibrator.factor(plan.model)
-        if after != before:
-            log.info(
-                "calibration for model %r: %.3f real tokens per estimated token", plan.model or "-", after
-            )
-        return truncation
-
-    def _check_truncation(self, plan: ChatPlan, reported: int) -> Truncation | None:
-        sent = plan.result.tokens_after
-        window = truncated_window(sent, reported, plan.window.window)
-        if window is None:
-            return None
-        log.warning(
-            "The upstream cut the prompt silently: model %r was sent about %d tokens and read %d "
-            "(compacted for a window of %d). %s",
-            plan.model or "-",
-            sent,
-            reported,
-            plan.window.window,
-            f"From now on it is compacted for a window of {window}."
-            if window < plan.window.window
-            else "It read exactly the window: the prompt was larger than counted.",
-        )
-        if self.metrics:
-            self.metrics.upstream_truncations.inc()
-        key = (plan.model, plan.window.requested)
-        self.seen_windows[key] = min(window, self.seen_windows.get(key) or window)
-        return Truncation(plan.model, sent, reported, window)
+        return self.reports.read_report(plan, reported)

@@ -1,5 +1,5 @@
 """Relaying Ollama's native chat answer to an OpenAI client: a Chat Completions object, or its NDJSON
-stream re-framed as SSE chunk by chunk as it arrives (the translation is `proxy.bridges.ollama.bridge`).
+stream re-framed as SSE chunk by chunk as it arrives (the translation is `proxy.bridges.ollama.openai_answer`).
 
 The prompt size the answer reports goes to `learn`, which says whether the upstream cut the prompt;
 a non-streamed answer then carries `x-compaction-upstream-truncated` (a stream's headers are gone).
@@ -16,8 +16,8 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from proxy.bridges.ollama.bridge import (
-    OllamaBridge,
+from proxy.bridges.ollama.bridge import OllamaBridge
+from proxy.bridges.ollama.openai_answer import (
     SseTranslator,
     chat_completion,
     completion_id,
@@ -26,7 +26,7 @@ from proxy.bridges.ollama.bridge import (
 from proxy.errors import error_body
 from proxy.metrics import Metrics
 from proxy.upstream.forwarding import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
-from proxy.upstream.planner import Truncation
+from proxy.upstream.prompt_reports import Truncation
 
 log = logging.getLogger("proxy.ollama")
 

@@ -3,7 +3,7 @@
 Ollama runs a model at a context it chooses (4,096 tokens on a laptop) and, when a prompt is longer,
 silently drops the oldest messages. Its OpenAI-compatible `/v1` ignores `options`, so an OpenAI
 client cannot ask for more. Its native `/api/chat` takes `options.num_ctx`: the proxy sends OpenAI
-chats there (see `proxy.bridges.ollama.bridge`) with the window it compacts for, so the window is set, not
+chats there (see `proxy.bridges.ollama.native_request`) with the window it compacts for, so the window is set, not
 guessed.
 
 The window per model is chosen once and kept (a different `num_ctx` makes Ollama reload the model):
@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 import httpx
 import orjson
 
-from proxy.bridges.ollama.bridge import OllamaBridge, to_ollama_chat
+from proxy.bridges.ollama.bridge import OllamaBridge
+from proxy.bridges.ollama.native_request import to_ollama_chat
 from proxy.counting.cache import ModelTable
 from proxy.settings import Settings
 from proxy.upstream.probes import fetch, fetch_json, ollama_model_info, short

@@ -1,0 +1,58 @@
+"""What every plan in the process shares for counting: the text counter a `COMPACT_TOKENIZER` value
+names (one per process, remembering the texts it counted; every configured one loaded at start-up by
+`check_tokenizers`), and the memo of written notes, locked for plans running in worker threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from functools import lru_cache
+
+from proxy.counting.cache import LruCache
+from proxy.counting.tokens import MemoTextCounter, TextCounter, count_chars4
+from proxy.settings import Settings
+
+
+@lru_cache(maxsize=16)
+def text_counter(spec: str) -> TextCounter:
+    """The text counter a `COMPACT_TOKENIZER` value names (`upstream` estimates; see `Planner`),
+    one per process, remembering the texts it counted."""
+    if spec == "chars4":
+        return count_chars4
+    if spec in ("estimate", "upstream"):
+        from proxy.counting.estimator import estimate_text_tokens
+
+        return MemoTextCounter(estimate_text_tokens)
+    from proxy.counting.tokenizers import load_text_counter
+
+    return MemoTextCounter(load_text_counter(spec))
+
+
+def check_tokenizers(settings: Settings) -> None:
+    """Load every configured tokenizer once, so a missing package fails at start-up, not per request."""
+    specs = {settings.tokenizer} | {o.tokenizer for o in settings.models.values() if o.tokenizer}
+    for spec in sorted(specs):
+        try:
+            text_counter(spec)
+        except (ValueError, RuntimeError) as exc:
+            raise ValueError(f"COMPACT_TOKENIZER={spec}: {exc}") from None
+
+
+class LockedMemo:
+    """A note memo safe to share between the event loop and worker threads (held for a lookup)."""
+
+    def __init__(self, memo: LruCache) -> None:
+        self.memo = memo
+        self.lock = threading.Lock()
+
+    def get(self, key: Hashable) -> str | None:
+        with self.lock:
+            return self.memo.get(key)
+
+    def put(self, key: Hashable, value: str) -> None:
+        with self.lock:
+            self.memo.put(key, value)
+
+    def __len__(self) -> int:
+        return len(self.memo)
