@@ -1,7 +1,7 @@
 """The FastAPI app: its routes, error handlers and middleware, over one `Pipeline`.
 
-`create_app(settings)` wires the parts once, over the pooled upstream transport or an injected one
-(tests pass a mock transport); what a request goes through is read in `pipeline.py`.
+`create_app(settings)` wires the parts once (`parts.py`), over the pooled upstream transport or an
+injected one (tests pass a mock transport); what a request goes through is read in `pipeline.py`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from proxy import __version__
-from proxy.engine.chat import parse_json_object
 from proxy.errors import ErrorShape, ProxyError, error_response
 from proxy.formats import Passthrough, Route, RouteTable
 from proxy.metrics import Metrics
-from proxy.server.intake import raw_path, read_json_body
+from proxy.server.dry_run import dry_run, dry_run_for
+from proxy.server.intake import raw_path
 from proxy.server.middleware import CountRequests, RequestId, RequireApiKey
+from proxy.server.parts import Parts
 from proxy.server.pipeline import Pipeline
 from proxy.settings import Settings
 from proxy.upstream.forwarding import StreamBroken, build_transport
@@ -44,18 +45,19 @@ def create_app(
     inject a mock, since `httpx.ASGITransport` skips lifespan), routing by `routes` (the proxy's
     own table when None)."""
     table, metrics = routes or RouteTable(), Metrics()
-    pipeline = Pipeline(settings, transport or build_transport(settings), metrics, table)
+    parts = Parts.wire(settings, transport or build_transport(settings), metrics, table)
+    pipeline = Pipeline(parts)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
-            await pipeline.aclose(transport=transport is None)
+            await parts.aclose(transport=transport is None)
 
     app = FastAPI(title="compacting-proxy", version=__version__, lifespan=lifespan)
     app.state.settings, app.state.metrics, app.state.pipeline = settings, metrics, pipeline
-    app.state.planner = pipeline.planner
+    app.state.planner = parts.planner
     for kind, handler in error_handlers(table).items():
         app.add_exception_handler(kind, handler)
     app.add_api_route("/healthz", healthz, methods=["GET"])
@@ -63,7 +65,7 @@ def create_app(
     @app.get("/readyz")
     async def readyz() -> Response:
         """The upstream answers (any HTTP status counts: it is reachable)."""
-        return await pipeline.readiness.answer()
+        return await parts.readiness.answer()
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -84,7 +86,7 @@ def create_app(
             methods=PASSTHROUGH_METHODS,
             include_in_schema=False,  # the upstream's other routes, forwarded as they are
         )
-    app.add_middleware(RequireApiKey, api_keys=pipeline.api_keys, routes=table)
+    app.add_middleware(RequireApiKey, api_keys=parts.api_keys, routes=table)
     app.add_middleware(RequestId)
     app.add_middleware(CountRequests, metrics=metrics, routes=table)
     return app
@@ -107,34 +109,6 @@ def passing(pipeline: Pipeline, passthrough: Passthrough) -> Handler:
         return await pipeline.forward_as_is(request, path, from_root=passthrough.from_root)
 
     return forward_route
-
-
-def dry_run(pipeline: Pipeline) -> Handler:
-    async def dry_run(request: Request) -> Response:
-        """Compact a request without calling the upstream: the body of a chat request, or of another
-        format named by a `format` field (`responses`, `messages`, `ollama`, `azure`)."""
-        table = pipeline.routes
-        body = parse_json_object(await read_json_body(request, pipeline.settings.max_body_bytes))
-        named = body.get("format")
-        if isinstance(named, str) and (route := table.for_format(named)) is not None:
-            body = {k: v for k, v in body.items() if k != "format"}
-            return await pipeline.compact_report(request, route, body, {})
-        return await pipeline.compact_report(request, table.default, body, {})
-
-    return dry_run
-
-
-def dry_run_for(pipeline: Pipeline) -> Handler:
-    async def dry_run_for(request: Request) -> Response:
-        """The dry run for the format a compacted route speaks, e.g. `/compact/v1/messages`."""
-        path = request.path_params["path"]
-        matched = pipeline.routes.match("/" + path)
-        if matched is None:
-            raise ProxyError(404, f"No compacted route /{path}.", code="not_found")
-        body = parse_json_object(await read_json_body(request, pipeline.settings.max_body_bytes))
-        return await pipeline.compact_report(request, matched[0], body, matched[1])
-
-    return dry_run_for
 
 
 async def healthz() -> dict[str, str]:

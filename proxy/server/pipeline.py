@@ -1,9 +1,10 @@
-"""A request's way through the proxy, top to bottom: read, decode, adapt, plan, summarise, send,
-retry, relay.
+"""A request's way through the proxy, top to bottom: read, decode, adapt, plan, summarise, check
+the overflow, send, retry, relay.
 
-`Pipeline` holds the parts wired once per app (the upstream, the planner, the Ollama probe, the
-summariser, the metrics, the settings); its methods are the steps, in the order a request takes
-them. `compact_and_forward` is the whole compacted route; `forward_as_is` every other route.
+`Pipeline` runs over the parts wired once per app (`parts.py`: the upstream, the planner, the Ollama
+probe, the summariser, the metrics, the settings, the headers sent upstream); its methods are the
+steps, in the order a request takes them. `compact_and_forward` is the whole compacted route;
+`forward_as_is` every other route. The dry run `/compact` takes the first steps (`dry_run.py`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import functools
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -21,21 +22,11 @@ from starlette.responses import Response
 
 from proxy.bridges.ollama.bridge import OllamaBridge
 from proxy.bridges.ollama.relay import TRUNCATED_HEADER, relay_from_ollama
-from proxy.bridges.ollama.upstream import OllamaUpstream
-from proxy.counting.cache import SummaryCache
 from proxy.engine.chat import ChatPlan, context_length_error, dump_json, parse_json_object
 from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.errors import ProxyError
-from proxy.formats import (
-    Conversation,
-    Route,
-    RouteTable,
-    WireFormat,
-    client_field,
-    context_edits,
-    server_manages_context,
-)
-from proxy.metrics import Metrics
+from proxy.formats import Conversation, Route, WireFormat, client_field, context_edits, server_manages_context
+from proxy.server.exchange import Exchange
 from proxy.server.intake import (
     check_messages,
     check_path,
@@ -45,21 +36,14 @@ from proxy.server.intake import (
     until_disconnect,
 )
 from proxy.server.logs import request_id
-from proxy.server.readiness import Readiness
-from proxy.settings import Settings
+from proxy.server.parts import Parts
 from proxy.upstream.forwarding import (
-    CREDENTIAL_HEADERS,
     TAIL_BYTES,
     StreamedResponse,
-    Upstream,
     buffered_response,
-    build_timeout,
     is_event_stream,
     read_raw,
 )
-from proxy.upstream.planner import Planner
-from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
-from proxy.upstream.summarizer import Summarizer
 
 log = logging.getLogger("proxy")
 
@@ -67,85 +51,18 @@ LOGGED_BODY_BYTES = 64 * 1024
 OFFLOAD_BYTES = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Exchange:
-    """One compacted request on its way: its route, the upstream path, the original bytes and body,
-    and the neutral conversation read from them."""
-
-    route: Route
-    path: str
-    raw: bytes
-    body: dict[str, Any]
-    conversation: Conversation
-    bridge: OllamaBridge | None = None  # set when an OpenAI chat goes to Ollama's native API
-
-    def content(self, plan: ChatPlan) -> bytes:
-        """What to forward: the original bytes when nothing changed, else the original body with
-        `plan`'s decisions applied by the route's format."""
-        if not plan.result.changed and plan.max_tokens is None:
-            return self.raw
-        return dump_json(self.route.format.write(self.body, self.conversation, plan))
-
-    @property
-    def streamed(self) -> bool:
-        return self.route.format.streamed(self.body)
-
-
 class Pipeline:
-    """The proxy's parts, wired once over one upstream transport, and a request's steps."""
+    """A request's steps, over the proxy's parts."""
 
-    def __init__(
-        self, settings: Settings, transport: httpx.AsyncBaseTransport, metrics: Metrics, routes: RouteTable
-    ) -> None:
-        self.settings = settings
-        self.metrics = metrics
-        self.routes = routes
-        key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
-        self.upstream = Upstream(transport, settings.upstream_url, key, build_timeout(settings))
-        # Probes and summaries are off the hot path: they may use the client's conveniences.
-        self.http = httpx.AsyncClient(
-            transport=transport,
-            timeout=build_timeout(settings),
-            trust_env=False,
-            headers={"accept-encoding": "gzip, deflate"},  # what `read_decoded` can undo, bounded
-        )
-        detector = WindowDetector(self.http, settings.upstream_url, refresh=settings.window_refresh)
-        exact = UpstreamTokenCounter(self.http, settings.upstream_url)
-        self.planner = Planner(settings, detector=detector, exact=exact, metrics=metrics)
-        self.ollama = OllamaUpstream(self.http, settings)
-        self.summarizer: Summarizer | None = None
-        if settings.summarize:
-            cache = SummaryCache(
-                size=settings.cache_size, redis_url=settings.cache_url, ttl=settings.cache_ttl
-            )
-            self.summarizer = Summarizer(
-                self.http,
-                settings.summary_url or settings.upstream_url,
-                cache,
-                model=settings.summary_model,
-                max_tokens=settings.summary_tokens,
-                timeout=settings.summary_timeout,
-            )
-        for name, table in (
-            ("windows", detector._cache),
-            ("ollama_windows", self.ollama._windows),
-            ("ollama_unknown", self.ollama._window_retry),
-            ("calibration", self.planner.calibrator),
-            ("seen_windows", self.planner.seen_windows),
-            ("notes", self.planner.notes),
-            ("upstream_urls", self.upstream._urls),
-        ):
-            metrics.watch_table(name, functools.partial(len, table))
-        self.api_keys = [key.get_secret_value().encode() for key in settings.api_keys]
+    def __init__(self, parts: Parts) -> None:
+        self.settings, self.metrics, self.routes = parts.settings, parts.metrics, parts.routes
+        self.upstream, self.planner, self.ollama = parts.upstream, parts.planner, parts.ollama
+        self.summarizer = parts.summarizer
+        # The headers of the request's own call upstream, and of the calls the proxy makes for it.
+        self.upstream_headers, self.credentials = parts.headers.for_request, parts.headers.credentials
+        self.summary_headers = parts.headers.for_summary
+        settings = parts.settings
         self._upstream_kind = {"upstream_url": settings.upstream_url, "upstream_kind": settings.upstream_kind}
-        self.readiness = Readiness(self.upstream)
-
-    async def aclose(self, *, transport: bool) -> None:
-        """Close the summary cache, and the transport too when the app built it."""
-        if self.summarizer:
-            await self.summarizer.cache.close()
-        if transport:
-            await self.http.aclose()  # closes the transport too
 
     # ------------------------------------------------------------------ the compacted route
 
@@ -208,16 +125,10 @@ class Pipeline:
 
     async def summarise(self, request: Request, body: dict[str, object], plan: ChatPlan) -> ChatPlan:
         """Level 3: the dropped runs of `plan` replaced by summaries, when summaries are on."""
-        summarizer, settings = self.summarizer, self.settings
+        summarizer = self.summarizer
         if summarizer is None or not plan.result.dropped:
             return plan
-        if settings.summary_api_key:
-            auth = [(b"authorization", f"Bearer {settings.summary_api_key.get_secret_value()}".encode())]
-        elif settings.summary_url:
-            auth = []  # another server: the upstream's credentials are not sent there
-        else:
-            auth = self.upstream_headers(request, key_header=b"authorization")  # a /chat/completions call
-        counter = self.planner.counter_for(plan)
+        auth, counter = self.summary_headers(request), self.planner.counter_for(plan)
         done = await summarizer.apply(plan, body["messages"], counter, auth)  # type: ignore[arg-type]
         if done.summarized:
             self.metrics.summaries.labels("written").inc(done.summarized)
@@ -367,39 +278,3 @@ class Pipeline:
             return await self.relay(request, response, None)
 
         return await until_disconnect(request, forward())
-
-    def credentials(self, request: Request) -> list[tuple[bytes, bytes]]:
-        """What the proxy's own requests to the upstream (probes, counts) carry: the upstream key
-        when one is configured, else the client's bearer token unless it was the proxy's own key."""
-        headers = self.upstream_headers(request, key_header=b"authorization")
-        return [(k, v) for k, v in headers if k.lower() == b"authorization"]
-
-    def upstream_headers(
-        self, request: Request, *, key_header: bytes | None = None
-    ) -> list[tuple[bytes, bytes]]:
-        """The client's headers for the upstream. A configured upstream key goes in `key_header`,
-        else in the header the server of this request's format reads (Anthropic's `x-api-key`,
-        Azure's `api-key`), else where the client put its own."""
-        incoming = request.headers.raw
-        if self.api_keys:  # the client's key was for the proxy: it is not forwarded
-            incoming = [(k, v) for k, v in incoming if k.lower() not in CREDENTIAL_HEADERS]
-        if key_header is None:
-            key_header = self.routes.for_path(request.url.path).key_header
-        return self.upstream.request_headers(incoming, key_header=key_header)
-
-    # ------------------------------------------------------------------ the dry run
-
-    async def compact_report(
-        self, request: Request, route: Route, body: dict[str, Any], params: dict[str, str]
-    ) -> Response:
-        """`/compact`: what the proxy would send on `route`, without calling the upstream."""
-        wire = route.format
-        body, _, conversation = self.adapt(wire, body, b"", params)
-        if conversation is None:
-            report: dict[str, Any] = {"messages": None, "report": {"compacted": False, "left_alone": True}}
-            return Response(dump_json(report), media_type="application/json")
-        plan, _ = await self.plan(request, route, body, conversation)
-        report = {"messages": plan.result.messages, "report": plan.report()}
-        if route.report_body:
-            report["body"] = wire.write(body, conversation, plan) if plan.result.changed else body
-        return Response(dump_json(report), media_type="application/json")

@@ -1,0 +1,108 @@
+"""The proxy's parts, wired once per app over one upstream transport.
+
+`Parts.wire` builds them from the settings: the upstream (the hot path's pooled sender), an httpx
+client over the same transport for the calls off the hot path (window probes, exact counts, Ollama's
+`/api/show`, summaries), the planner, the Ollama probe, the summariser and its cache, the `/readyz`
+check and the choice of headers sent upstream; it registers their tables with the metrics.
+`aclose` closes what they opened. What a request does with them is `pipeline.py`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import httpx
+
+from proxy.bridges.ollama.upstream import OllamaUpstream
+from proxy.counting.cache import SummaryCache
+from proxy.formats import RouteTable
+from proxy.metrics import Metrics
+from proxy.server.headers import UpstreamHeaders
+from proxy.server.readiness import Readiness
+from proxy.settings import Settings
+from proxy.upstream.forwarding import Upstream, build_timeout
+from proxy.upstream.planner import Planner
+from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
+from proxy.upstream.summarizer import Summarizer
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """Everything a request's steps use, built once per app."""
+
+    settings: Settings
+    metrics: Metrics
+    routes: RouteTable
+    upstream: Upstream
+    http: httpx.AsyncClient
+    planner: Planner
+    ollama: OllamaUpstream
+    summarizer: Summarizer | None
+    headers: UpstreamHeaders
+    readiness: Readiness
+    api_keys: list[bytes]  # the keys clients give the proxy itself
+
+    @classmethod
+    def wire(
+        cls, settings: Settings, transport: httpx.AsyncBaseTransport, metrics: Metrics, routes: RouteTable
+    ) -> Parts:
+        key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
+        upstream = Upstream(transport, settings.upstream_url, key, build_timeout(settings))
+        # Probes and summaries are off the hot path: they may use the client's conveniences.
+        http = httpx.AsyncClient(
+            transport=transport,
+            timeout=build_timeout(settings),
+            trust_env=False,
+            headers={"accept-encoding": "gzip, deflate"},  # what `read_decoded` can undo, bounded
+        )
+        detector = WindowDetector(http, settings.upstream_url, refresh=settings.window_refresh)
+        exact = UpstreamTokenCounter(http, settings.upstream_url)
+        planner = Planner(settings, detector=detector, exact=exact, metrics=metrics)
+        ollama = OllamaUpstream(http, settings)
+        summarizer = summarizer_for(settings, http)
+        for name, table in (
+            ("windows", detector._cache),
+            ("ollama_windows", ollama._windows),
+            ("ollama_unknown", ollama._window_retry),
+            ("calibration", planner.calibrator),
+            ("seen_windows", planner.seen_windows),
+            ("notes", planner.notes),
+            ("upstream_urls", upstream._urls),
+        ):
+            metrics.watch_table(name, functools.partial(len, table))
+        return cls(
+            settings=settings,
+            metrics=metrics,
+            routes=routes,
+            upstream=upstream,
+            http=http,
+            planner=planner,
+            ollama=ollama,
+            summarizer=summarizer,
+            headers=UpstreamHeaders(settings, upstream, routes),
+            readiness=Readiness(upstream),
+            api_keys=[key.get_secret_value().encode() for key in settings.api_keys],
+        )
+
+    async def aclose(self, *, transport: bool) -> None:
+        """Close the summary cache, and the transport too when the app built it."""
+        if self.summarizer:
+            await self.summarizer.cache.close()
+        if transport:
+            await self.http.aclose()  # closes the transport too
+
+
+def summarizer_for(settings: Settings, http: httpx.AsyncClient) -> Summarizer | None:
+    """Level 3's summariser and its cache, when summaries are on."""
+    if not settings.summarize:
+        return None
+    cache = SummaryCache(size=settings.cache_size, redis_url=settings.cache_url, ttl=settings.cache_ttl)
+    return Summarizer(
+        http,
+        settings.summary_url or settings.upstream_url,
+        cache,
+        model=settings.summary_model,
+        max_tokens=settings.summary_tokens,
+        timeout=settings.summary_timeout,
+    )
