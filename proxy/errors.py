@@ -1,13 +1,11 @@
 """The proxy's own errors, in the shape each client expects: OpenAI's
 `{"error": {message, type, param, code}}` by default, Anthropic's
-`{"type": "error", "error": {type, message}}` on the Anthropic routes, Ollama's `{"error": "..."}`
-on `/api/chat`; and the "cannot fit" error in each route's overflow language, the one its clients
-start their own compaction on."""
+`{"type": "error", "error": {type, message}}` on the Anthropic routes (each format names its own
+shape: `WireFormat.error_body`); and the "cannot fit" error, which each format words in its own
+server's overflow language, the one its clients start their own compaction on."""
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Protocol
 
 import orjson
@@ -64,48 +62,18 @@ class ProxyError(Exception):
 
 
 class ContextOverflowError(ProxyError):
-    """The prompt cannot fit the window: a 400 worded as the route's own server words an overflow.
-    A streamed Responses request gets it as OpenAI's stream does, a `response.failed` event with
-    code `context_length_exceeded`: that, not a 400, is what Codex starts its compaction on."""
+    """The prompt cannot fit the window: a 400 with OpenAI's code `context_length_exceeded`,
+    worded as the route's own server words an overflow (each format words it: `WireFormat.
+    overflow_error`). `shape`, when given, is the format's own error shape, whatever the path;
+    a format whose clients recover on something else than a 400 subclasses this and answers it
+    its own way (`to_response`)."""
 
-    def __init__(self, message: str, *, wire: str, param: str | None, streamed: bool = False) -> None:
+    def __init__(self, message: str, *, param: str | None, shape: ErrorShape | None = None) -> None:
         super().__init__(400, message, code="context_length_exceeded", param=param)
-        self.wire = wire
-        self.streamed = streamed
+        self.shape = shape
 
     def to_response(self, headers: dict[str, str] | None = None, shape: ErrorShape | None = None) -> Response:
-        if self.wire == "ollama":
-            return error_response(400, self.message, type=self.type, headers=headers, shape=ollama_error)
-        if self.wire == "responses" and self.streamed:
-            return Response(
-                failed_response_stream(self.message, self.code or "context_length_exceeded", self.param),
-                status_code=200,
-                media_type="text/event-stream",
-                headers=headers,
-            )
-        return super().to_response(headers, shape)
-
-
-def failed_response_stream(message: str, code: str, param: str | None) -> bytes:
-    """A Responses stream that fails at once: `response.created`, then `response.failed` carrying
-    the error (the events OpenAI's Responses API streams for a request it cannot run)."""
-    rid = "resp_" + uuid.uuid4().hex
-    base = {"id": rid, "object": "response", "created_at": int(time.time()), "output": []}
-    created = {
-        "type": "response.created",
-        "sequence_number": 0,
-        "response": {**base, "status": "in_progress"},
-    }
-    error = {"code": code, "message": message, "param": param, "type": "invalid_request_error"}
-    failed = {
-        "type": "response.failed",
-        "sequence_number": 1,
-        "response": {**base, "status": "failed", "error": error},
-    }
-    return b"".join(
-        f"event: {event['type']}\ndata: ".encode() + orjson.dumps(event) + b"\n\n"
-        for event in (created, failed)
-    )
+        return super().to_response(headers, self.shape or shape)
 
 
 def error_body(message: str, *, type: str, code: str | None = None, param: str | None = None) -> bytes:
@@ -119,11 +87,6 @@ def openai_error(status: int, message: str, type: str, code: str | None, param: 
 def anthropic_error(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
     kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-
-
-def ollama_error(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
-    """Ollama's own error shape (`{"error": "..."}`, api/types.go `StatusError`)."""
-    return orjson.dumps({"error": message})
 
 
 def error_response(

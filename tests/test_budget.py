@@ -13,7 +13,7 @@ import pytest
 
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, RequestCounter, text_of
-from proxy.engine.chat import budget_for, estimate_margin, text_size
+from proxy.engine.limits import budget_for, estimate_margin, text_size
 from proxy.formats import ANTHROPIC, RESPONSES, WireFormat, context_edits, server_manages_context
 from proxy.formats.anthropic_context_edits import CLEARED_RESULT
 from proxy.settings import Settings

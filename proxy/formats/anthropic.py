@@ -26,8 +26,18 @@ from typing import Any
 
 from proxy.counting.tokens import json_text
 from proxy.engine.chat import Body, ChatPlan
-from proxy.errors import ProxyError, anthropic_error
-from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items, str_field
+from proxy.engine.refusal import Refusal
+from proxy.errors import ContextOverflowError, ProxyError, anthropic_error
+from proxy.formats.base import (
+    Conversation,
+    Message,
+    Part,
+    int_field,
+    rebuild,
+    rewrite_items,
+    sse_error_event,
+    str_field,
+)
 
 TOOL_USES = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 THINKING = frozenset({"thinking", "redacted_thinking"})
@@ -86,6 +96,19 @@ class AnthropicMessages:
         return sum(int_field(usage.get(key)) or 0 for key in USAGE_KEYS) or None
 
     error_body = staticmethod(anthropic_error)
+
+    def overflow_message(self, refusal: Refusal) -> str:
+        """Anthropic's own wording ("prompt is too long: N tokens > M maximum"), which Claude Code
+        matches to start its own compaction."""
+        return f"prompt is too long: {refusal.tokens} tokens > {refusal.maximum} maximum. {refusal.detail}"
+
+    def overflow_error(self, refusal: Refusal, *, streamed: bool) -> ContextOverflowError:
+        return ContextOverflowError(self.overflow_message(refusal), param=refusal.field or "messages")
+
+    def stream_error_event(self, message: str) -> bytes:
+        """Anthropic's `error` event, on which its SDK raises."""
+        error = {"type": "api_error", "message": message}
+        return sse_error_event({"type": "error", "error": error}, event="error")
 
 
 def _read_message(

@@ -19,8 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from proxy.engine.chat import Body, ChatPlan
 from proxy.engine.compaction import CompactionResult, Marker
+from proxy.engine.refusal import Refusal
+from proxy.errors import ContextOverflowError
 
 Message = dict[str, Any]
 
@@ -76,6 +80,17 @@ class WireFormat(Protocol):
 
     def error_body(self, status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
         """A proxy error in the shape this format's clients expect."""
+        ...
+
+    def overflow_error(self, refusal: Refusal, *, streamed: bool) -> ContextOverflowError:
+        """The "cannot fit" error worded as this format's own server words an overflow, with
+        `refusal`'s figures and detail (the words its clients start their own compaction on), and
+        answered as they look for it (`streamed`: the client asked for a streamed answer)."""
+        ...
+
+    def stream_error_event(self, message: str) -> bytes:
+        """The SSE event that ends a stream the upstream broke off, where this format's official
+        client raises (`sse_error_event` frames it)."""
         ...
 
 
@@ -189,6 +204,13 @@ def rewrite_items(
             out.extend(marker(text, "assistant") for text in after)
         out.extend(marker(text, role) for text, role in rebuilt.after.get(index, ()))
     return out
+
+
+def sse_error_event(data: Any, *, event: str | None = None) -> bytes:
+    """An SSE event carrying `data` (as JSON), after a blank line, so that it never joins an event
+    the upstream left half sent."""
+    head = b"\n\nevent: " + event.encode() + b"\ndata: " if event else b"\n\ndata: "
+    return head + orjson.dumps(data) + b"\n\n"
 
 
 def str_field(value: Any) -> str | None:

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 
 from proxy.counting.calibration import reported_prompt_tokens
 from proxy.engine.chat import Body, ChatPlan, validated_messages
-from proxy.errors import openai_error
-from proxy.formats.base import Conversation
+from proxy.engine.refusal import Refusal
+from proxy.errors import ContextOverflowError, openai_error
+from proxy.formats.base import Conversation, sse_error_event
 
 
 class ChatCompletions:
@@ -43,3 +44,18 @@ class ChatCompletions:
         return reported_prompt_tokens(tail)
 
     error_body = staticmethod(openai_error)
+
+    def overflow_message(self, refusal: Refusal) -> str:
+        """OpenAI's own wording ("This model's maximum context length is N tokens. However, ...")."""
+        return (
+            f"This model's maximum context length is {refusal.window} tokens. However, your messages "
+            f"resulted in {refusal.tokens} tokens. {refusal.detail} Please reduce the length of the messages."
+        )
+
+    def overflow_error(self, refusal: Refusal, *, streamed: bool) -> ContextOverflowError:
+        return ContextOverflowError(self.overflow_message(refusal), param=refusal.field or "messages")
+
+    def stream_error_event(self, message: str) -> bytes:
+        """An error chunk (`data: {"error": ...}`), on which the openai SDK raises."""
+        error = {"message": message, "type": "upstream_error", "param": None, "code": "upstream_stream_error"}
+        return sse_error_event({"error": error})

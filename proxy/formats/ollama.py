@@ -9,6 +9,8 @@ from collections.abc import Mapping
 import orjson
 
 from proxy.engine.chat import Body
+from proxy.engine.refusal import Refusal
+from proxy.errors import ContextOverflowError
 from proxy.formats.base import Conversation, int_field
 from proxy.formats.chat import ChatCompletions
 
@@ -30,3 +32,16 @@ class OllamaChat(ChatCompletions):
     def error_body(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
         """Ollama's own error shape (`{"error": "..."}`, api/types.go), which its clients raise."""
         return orjson.dumps({"error": message})
+
+    def overflow_message(self, refusal: Refusal) -> str:
+        """Ollama's own wording ("input length exceeds maximum context length")."""
+        return (
+            f"input length exceeds maximum context length ({refusal.tokens} tokens > {refusal.maximum}). "
+            f"{refusal.detail}"
+        )
+
+    def overflow_error(self, refusal: Refusal, *, streamed: bool) -> ContextOverflowError:
+        """In Ollama's own shape whatever the path; a 400 for a streamed request too."""
+        return ContextOverflowError(
+            self.overflow_message(refusal), param=refusal.field or "messages", shape=self.error_body
+        )

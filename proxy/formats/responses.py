@@ -20,13 +20,28 @@ assistant items into one chat message, so a marker beside an assistant turn join
 from __future__ import annotations
 
 import re
+import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+from starlette.responses import Response
+
 from proxy.counting.tokens import json_text, text_of
 from proxy.engine.chat import Body, ChatPlan
-from proxy.errors import ProxyError, openai_error
-from proxy.formats.base import Conversation, Message, Part, int_field, rebuild, rewrite_items, str_field
+from proxy.engine.refusal import Refusal
+from proxy.errors import ContextOverflowError, ErrorShape, ProxyError, openai_error
+from proxy.formats.base import (
+    Conversation,
+    Message,
+    Part,
+    int_field,
+    rebuild,
+    rewrite_items,
+    sse_error_event,
+    str_field,
+)
 
 NOTED_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 SERVER_COMPACTION = frozenset({"compaction", "compaction_summary"})
@@ -85,6 +100,59 @@ class Responses:
         return int(matches[-1]) if matches else None
 
     error_body = staticmethod(openai_error)
+
+    def overflow_message(self, refusal: Refusal) -> str:
+        """OpenAI's Responses wording, then its chat wording (clients match either)."""
+        return (
+            f"Your input exceeds the context window of this model: its maximum context length is "
+            f"{refusal.window} tokens, and your input resulted in {refusal.tokens} tokens. {refusal.detail} "
+            "Please reduce the length of the messages."
+        )
+
+    def overflow_error(self, refusal: Refusal, *, streamed: bool) -> ContextOverflowError:
+        error = FailedResponse if streamed else ContextOverflowError
+        return error(self.overflow_message(refusal), param=refusal.field or "input")
+
+    def stream_error_event(self, message: str) -> bytes:
+        """An `error` event, whose `error` object also makes the openai SDK raise."""
+        error = {"message": message, "type": "upstream_error", "param": None, "code": "upstream_stream_error"}
+        event = {"type": "error", "code": error["code"], "message": message, "param": None, "error": error}
+        return sse_error_event(event, event="error")
+
+
+class FailedResponse(ContextOverflowError):
+    """A streamed request's overflow, answered as OpenAI's stream answers it: a `response.failed`
+    event with code `context_length_exceeded`. That, not a 400, is what Codex starts its compaction on."""
+
+    def to_response(self, headers: dict[str, str] | None = None, shape: ErrorShape | None = None) -> Response:
+        return Response(
+            failed_response_stream(self.message, self.code or "context_length_exceeded", self.param),
+            status_code=200,
+            media_type="text/event-stream",
+            headers=headers,
+        )
+
+
+def failed_response_stream(message: str, code: str, param: str | None) -> bytes:
+    """A Responses stream that fails at once: `response.created`, then `response.failed` carrying
+    the error (the events OpenAI's Responses API streams for a request it cannot run)."""
+    rid = "resp_" + uuid.uuid4().hex
+    base = {"id": rid, "object": "response", "created_at": int(time.time()), "output": []}
+    created = {
+        "type": "response.created",
+        "sequence_number": 0,
+        "response": {**base, "status": "in_progress"},
+    }
+    error = {"code": code, "message": message, "param": param, "type": "invalid_request_error"}
+    failed = {
+        "type": "response.failed",
+        "sequence_number": 1,
+        "response": {**base, "status": "failed", "error": error},
+    }
+    return b"".join(
+        f"event: {event['type']}\ndata: ".encode() + orjson.dumps(event) + b"\n\n"
+        for event in (created, failed)
+    )
 
 
 def _read_items(items: list[Any], messages: list[Message], sources: list[tuple[Part, ...]]) -> None:

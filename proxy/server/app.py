@@ -28,7 +28,8 @@ from proxy.server.middleware import CountRequests, RequestId, RequireApiKey
 from proxy.server.parts import Parts
 from proxy.server.pipeline import Pipeline
 from proxy.settings import Settings
-from proxy.upstream.forwarding import StreamBroken, build_transport
+from proxy.upstream.forwarding import build_transport
+from proxy.upstream.streaming import StreamBroken
 
 log = logging.getLogger("proxy")
 

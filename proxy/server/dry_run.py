@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.engine.chat import dump_json, parse_json_object
+from proxy.engine.jsonbody import dump_json, parse_json_object
 from proxy.errors import ProxyError
 from proxy.formats import Route
 from proxy.server.intake import read_json_body

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.bridges.ollama.bridge import OllamaBridge
-from proxy.engine.chat import ChatPlan, dump_json
+from proxy.engine.chat import ChatPlan
+from proxy.engine.jsonbody import dump_json
 from proxy.formats import Conversation, Route
 
 

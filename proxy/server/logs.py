@@ -46,7 +46,7 @@ class QuietBrokenStreams(logging.Filter):
     its body: that was logged once already, as a warning, where it happened."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from proxy.upstream.forwarding import StreamBroken
+        from proxy.upstream.streaming import StreamBroken
 
         exc = record.exc_info[1] if record.exc_info else None
         return not isinstance(exc, StreamBroken)

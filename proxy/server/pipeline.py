@@ -22,8 +22,10 @@ from starlette.responses import Response
 
 from proxy.bridges.ollama.bridge import OllamaBridge
 from proxy.bridges.ollama.relay import TRUNCATED_HEADER, relay_from_ollama
-from proxy.engine.chat import ChatPlan, context_length_error, dump_json, parse_json_object
+from proxy.engine.chat import ChatPlan
+from proxy.engine.jsonbody import dump_json, parse_json_object
 from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
+from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
 from proxy.formats import Conversation, Route, WireFormat, client_field, context_edits, server_manages_context
 from proxy.server.exchange import Exchange
@@ -37,7 +39,7 @@ from proxy.server.intake import (
 )
 from proxy.server.logs import request_id
 from proxy.server.parts import Parts
-from proxy.upstream.forwarding import (
+from proxy.upstream.streaming import (
     TAIL_BYTES,
     StreamedResponse,
     buffered_response,
@@ -146,12 +148,11 @@ class Pipeline:
         rejected = overflow == "reject" or plan.result.over_window  # never over the window
         self.metrics.overflows.labels("reject" if rejected else overflow).inc()
         if rejected:
-            raise context_length_error(
+            refusal = refusal_for(
                 replace(plan, reply_field=wire.reply_field or plan.reply_field),
-                wire=wire.name,
-                field_of=functools.partial(client_field, wire, body, conversation),
-                streamed=wire.streamed(body),
+                functools.partial(client_field, wire, body, conversation),
             )
+            raise wire.overflow_error(refusal, streamed=wire.streamed(body))
 
     def log_plan(self, raw: bytes, plan: ChatPlan) -> None:
         if plan.result.changed:
@@ -246,8 +247,8 @@ class Pipeline:
         that was not asked to stream (to learn the prompt size it reports)."""
         metrics, planner = self.metrics, self.planner
         if plan is None or exchange is None:
-            stream_format = self.routes.for_path(request.url.path).format.name
-            return StreamedResponse(response, metrics=metrics, stream_format=stream_format)
+            stream_error = self.routes.for_path(request.url.path).format.stream_error_event
+            return StreamedResponse(response, metrics=metrics, stream_error=stream_error)
         extra = plan.headers()
         reported = exchange.route.format.reported_prompt_tokens
         if exchange.streamed or is_event_stream(response):
@@ -256,7 +257,7 @@ class Pipeline:
                 extra,
                 on_complete=lambda tail: planner.learn(plan, reported(tail)),
                 metrics=metrics,
-                stream_format=exchange.route.format.name,
+                stream_error=exchange.route.format.stream_error_event,
             )
         body = await read_raw(response)
         readable = response.is_success and "content-encoding" not in response.headers

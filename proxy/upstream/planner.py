@@ -24,8 +24,9 @@ from dataclasses import replace
 from proxy.counting.cache import LruCache
 from proxy.counting.calibration import Calibrator
 from proxy.counting.tokens import RequestCounter
-from proxy.engine.chat import Body, ChatPlan, estimate_margin, plan_chat, text_size, validated_messages
+from proxy.engine.chat import Body, ChatPlan, plan_chat, validated_messages
 from proxy.engine.compaction import Policy
+from proxy.engine.limits import estimate_margin, text_size
 from proxy.engine.overflow import Overflow
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings

@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 
 from proxy.counting.tokens import RequestCounter, count_chars4
-from proxy.engine.chat import budget_for
 from proxy.engine.compaction import Budget, Policy, compact
+from proxy.engine.limits import budget_for
 from proxy.settings import ModelWindow
 from tests.support import simulated_chats as sim
 
