@@ -1,10 +1,12 @@
 """A new wire format is one module and one row of the route table: a toy "transcript" format (its
 turns are `{"speaker", "text"}`), added to the proxy's own table and nothing else, is compacted end
-to end (in process), named in metrics, dry-run by name and answered in its own error shape."""
+to end (in process), named in metrics, dry-run by name, answered in its own error shape, refused
+in its own overflow wording and told of a broken stream in its own event."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,10 +14,12 @@ import httpx
 import orjson
 
 from proxy.engine.chat import Body, ChatPlan
+from proxy.engine.refusal import Refusal
+from proxy.errors import ContextOverflowError
 from proxy.formats import ROUTES, Conversation, Route, RouteTable
-from proxy.formats.base import Part, rebuild, rewrite_items
+from proxy.formats.base import Part, rebuild, rewrite_items, sse_error_event
 from proxy.server.app import create_app
-from tests.support.fakes import RecordingUpstream, make_settings
+from tests.support.fakes import ClosingStream, RecordingUpstream, make_settings, sse_chunks
 
 
 class Transcript:
@@ -56,6 +60,13 @@ class Transcript:
     @staticmethod
     def error_body(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
         return orjson.dumps({"transcript_error": message})
+
+    def overflow_error(self, refusal: Refusal, *, streamed: bool) -> ContextOverflowError:
+        message = f"transcript too long: {refusal.tokens} of {refusal.maximum} tokens. {refusal.detail}"
+        return ContextOverflowError(message, param=refusal.field or "turns")
+
+    def stream_error_event(self, message: str) -> bytes:
+        return sse_error_event({"transcript_error": message}, event="transcript_error")
 
 
 TOY = Route("/v1/transcripts", Transcript(), "/transcripts", scope=("/v1/transcripts", "/v1/transcripts/"))
@@ -108,3 +119,36 @@ async def test_a_toy_formats_errors_come_in_its_own_shape() -> None:
         too_large = await client.post("/v1/transcripts", content=b"{" + b" " * 200 + b"}")
     assert too_large.status_code == 413
     assert "transcript_error" in too_large.json()
+
+
+async def test_a_toy_format_refuses_what_cannot_fit_in_its_own_words() -> None:
+    upstream = RecordingUpstream()
+    body = {
+        "model": "m",
+        "turns": [{"speaker": "system", "text": "word " * 3000}, *transcript(3)["turns"][1:]],
+    }
+    async with toy_client(upstream, window=2000) as client:
+        response = await client.post("/v1/transcripts", json=body)
+    assert response.status_code == 400
+    message = response.json()["transcript_error"]
+    assert re.fullmatch(
+        r"transcript too long: \d+ of 2000 tokens\. No compaction can make it fit: .+", message
+    )
+    assert "shorten the system prompt." in message  # the engine's detail, in the toy's words
+    assert not upstream.requests
+
+
+async def test_a_toy_formats_broken_stream_ends_with_its_own_event() -> None:
+    stream = ClosingStream(sse_chunks(["a", "b"]), fail_after=1)
+    upstream = RecordingUpstream(
+        respond=lambda r: httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+    )
+    async with toy_client(upstream, window=100000) as client:
+        response = await client.post("/v1/transcripts", json=transcript(3))
+    assert response.content.startswith(sse_chunks(["a"])[0])
+    event, data = response.content.strip().split(b"\n\n")[-1].split(b"\n")
+    assert event == b"event: transcript_error"
+    assert orjson.loads(data.removeprefix(b"data: ")) == {
+        "transcript_error": "The upstream stream broke off (ReadError)."
+    }
+    assert stream.closed
