@@ -15,7 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.engine.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX
+from proxy.engine.caps import CAP_WORDS
+from proxy.engine.notes import DROPPED_PREFIX, NOTE_PREFIX
 from proxy.engine.summary import SUMMARY_PREFIX
 
 Item = dict[str, Any]

@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.counting.estimator import estimate_text_tokens
-from proxy.engine.notes import NOTE_PREFIX, build_note, cap_text, note_without_facts
+from proxy.engine.caps import cap_text
+from proxy.engine.notes import NOTE_PREFIX, build_note, note_without_facts
 from tests.upstreams.faulty import FaultyUpstream, serve_in_thread
 from tests.upstreams.proxy_server import running_proxy
 
