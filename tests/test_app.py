@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from proxy.engine.notes import CAP_WORDS, NOTE_PREFIX
+from proxy.engine.caps import CAP_WORDS
+from proxy.engine.notes import NOTE_PREFIX
 from tests.support.conversations import bike_shop_chat
 from tests.support.fakes import ClosingStream, RecordingUpstream, completion, proxy_client, sse_chunks
 

@@ -23,7 +23,8 @@ import ollama
 import openai
 import pytest
 
-from proxy.engine.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX
+from proxy.engine.caps import CAP_WORDS
+from proxy.engine.notes import DROPPED_PREFIX, NOTE_PREFIX
 from tests.support.conversations import SYSTEM, bike_shop_chat
 from tests.support.format_chats import RESPONSES, check_compacted
 from tests.support.format_fixtures import recorded

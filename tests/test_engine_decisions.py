@@ -8,8 +8,9 @@ from collections.abc import Hashable
 from typing import Any
 
 from proxy.counting.tokens import RequestCounter, count_chars4
+from proxy.engine.caps import CAP_WORDS
 from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
-from proxy.engine.notes import CAP_WORDS, is_dropped_marker
+from proxy.engine.notes import is_dropped_marker
 from tests.support.conversations import SYSTEM, tool_call
 
 Message = dict[str, Any]

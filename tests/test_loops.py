@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.counting.tokens import RequestCounter, count_chars4
+from proxy.engine.caps import CAP_WORDS
 from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
-from proxy.engine.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
+from proxy.engine.notes import DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
 from tests.support.fakes import RecordingUpstream, proxy_client
 from tests.support.format_chats import unmerged
 from tests.support.invariants import assert_invariants, assert_no_orphans

@@ -1,4 +1,4 @@
-"""Notes and caps (`proxy/notes.py`): linear work on any result, byte-stable notes, and notes that
+"""Notes and caps (`proxy/engine/notes.py`): linear work on any result, byte-stable notes, and notes that
 keep what the next step of an agent uses.
 
 Timing appears here only as generous bounds against quadratic blow-up (a pattern that rescans a run
@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.counting.estimator import estimate_text_tokens
-from proxy.engine.notes import NOTE_PREFIX, build_note, cap_text, note_without_facts
+from proxy.engine.caps import cap_text
+from proxy.engine.notes import NOTE_PREFIX, build_note, note_without_facts
 from tests.support.upstreams.faulty import FaultyUpstream, serve_in_thread
 from tests.support.upstreams.proxy_server import running_proxy
 

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from proxy.counting.tokens import text_of
+from proxy.engine.caps import cap_text
+from proxy.engine.facts import TYPICAL_FACTS
 from proxy.engine.notes import (
-    TYPICAL_FACTS,
     build_note,
-    cap_text,
     dropped_marker,
     is_dropped_marker,
     is_note,

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import formats
-from proxy.engine.notes import CAP_WORDS, DROPPED_PREFIX, NOTE_PREFIX
+from proxy.engine.caps import CAP_WORDS
+from proxy.engine.notes import DROPPED_PREFIX, NOTE_PREFIX
 from proxy.engine.summary import SUMMARY_PREFIX
 from proxy.formats import WireFormat
 from proxy.settings import ModelWindow

@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 from proxy.counting.tokens import RequestCounter, count_chars4
+from proxy.engine.caps import CAP_WORDS
 from proxy.engine.compaction import Budget, CompactionResult
-from proxy.engine.notes import CAP_WORDS, NOTE_PREFIX
+from proxy.engine.notes import NOTE_PREFIX
 from tests.support.format_chats import is_marker_item, unmerged
 
 count = RequestCounter(count_chars4).message

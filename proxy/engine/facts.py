@@ -1,0 +1,249 @@
+"""The facts a note keeps of a tool result: the identifiers a later turn most likely needs.
+
+A plain preview loses every fact past its first 150 characters, so a note keeps, within a small
+budget, the identifiers of the result ranked by what an agent's next step uses: error lines and
+exception names, paths and test ids, dotted module paths and ids such as order and part numbers,
+code names, then hashes and numbers; escape codes and line numbers never. Of a JSON result, its
+leaves that look like facts (`key=value`). The rarest kinds come first, so that in a result of many
+similar records the one order number or error that stands alone is kept.
+
+Bounded work: every pattern is linear in what it reads, and at most `MAX_SCANNED` tokens or JSON
+leaves of a result are looked at.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+
+from proxy.engine.scanning import (
+    ERROR_WORD,
+    ERROR_WORDS,
+    LINE_CHARS,
+    NUMBERED_LINE,
+    SCAN_CHARS,
+    head_and_tail,
+    matching_lines,
+    shorten,
+)
+
+FACT_CHARS = 360
+MAX_CANDIDATES = 1_000  # facts considered per result: enough for rarity, bounded for huge results
+MAX_SCANNED = 20_000  # tokens or JSON leaves looked at per result: bounded work for any size
+# What a full facts section typically looks like, for costing a note before its facts are found.
+TYPICAL_FACTS = (
+    " Kept: order_id=4471; sku=BW-2231; name=front wheel 700c; price=129.00; qty=2; status=shipped; "
+    "date=2026-11-30; tracking=1Z999AA10123456784; customer=C-10294; total=$258.00; invoice=INV-88213; "
+    "warehouse=Lyon-2; part=RW-700C-32; src/shop/orders.py; shop.billing.totals; KeyError; "
+    "refund_pending; ShippingLabel."
+)
+
+_SHAPES = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", "a" * 52 + "9" * 10)
+# Keys whose values are facts a later turn asks about again.
+_FACT_KEY = re.compile(
+    r"(?:^|_)(?:id|ids|no|number|num|code|sku|part|order|invoice|ref|reference|serial|tracking|price|"
+    r"amount|total|cost|balance|qty|quantity|stock|status|state|date|due|eta|error|email|phone|name|"
+    r"title|version|account|user|customer)s?$",
+    re.IGNORECASE,
+)
+# Every pattern that runs over a whole result is linear: it starts only where a run of its characters
+# starts (a lookbehind) and takes the run whole (possessive), so no start rescans a run, and nothing
+# nests unbounded repetition. A tool result can be megabytes of one character.
+_AMOUNT = (
+    r"[$€£¥]\s?[0-9][0-9,]*+(?:\.[0-9]++)?"
+    r"|(?<![\w#,.:/-])[0-9][0-9,]*+(?:\.[0-9]++)?\s?(?:USD|EUR|GBP|CNY|JPY|RMB|元)"
+)
+# Words, names, paths and ids, each taken whole (`_rank` says which are facts).
+_IDENTIFIER = r"#?[A-Za-z0-9_\-./:]{3,}+"  # shorter ones are never facts
+_FACT_TOKEN = re.compile(rf"(?:{_AMOUNT})|(?<![\w#\-./:])(?:{_IDENTIFIER})")
+
+# What a fact is, best first: an error line; an exception name; a file path or test id; a dotted
+# module path or an id (order and part numbers, dates, key=value of JSON); a code name (snake_case,
+# CamelCase, _private); a hash; a bare number. Escape codes, plain words and line numbers are none.
+RANK_ERROR_LINE, RANK_ERROR, RANK_PATH, RANK_DOTTED, RANK_ID, RANK_NAME, RANK_HEX, RANK_NUMBER = range(8)
+_EXCEPTION_WORD = re.compile(r"[A-Z]\w*(?:Error|Exception|Warning|Exit|Interrupt)")
+_DIGIT = re.compile(r"[0-9]")
+_JSON_ESCAPE = re.compile(r'\\(?:u[0-9A-Fa-f]{4}|[nrt"\\/])')
+_ESCAPE = re.compile(r"u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[nrtbfv0]")
+_HEX = re.compile(r"(?:0x)?[0-9a-f]{6,}")
+_FILE_EXTENSIONS = frozenset({
+    "py", "pyi", "js", "mjs", "cjs", "ts", "tsx", "jsx", "rs", "go", "java", "kt", "c", "h", "cc", "cpp",
+    "hpp", "cs", "rb", "php", "swift", "scala", "sh", "md", "rst", "txt", "toml", "yaml", "yml", "json",
+    "cfg", "ini", "lock", "html", "css", "sql", "proto", "log", "csv", "xml",
+})  # fmt: skip
+
+
+def facts_section(facts: list[str]) -> str:
+    """The facts as a note writes them (nothing when there are none)."""
+    return f" Kept: {'; '.join(facts)}." if facts else ""
+
+
+def pick_facts(text: str, preview: str, fits: Callable[[str], bool] | None = None) -> list[str]:
+    """Facts from `text` not already in the preview, the rarest kinds first, within the budget, in
+    the order they appear. Rarest first: in a result of many similar records, the first records'
+    fields would otherwise crowd out the one order number or error that stands alone. `fits` may
+    bound the facts section further than its character budget."""
+    candidates: list[str] = []
+    rank: list[int] = []
+    seen: Counter[str] = Counter()
+    for fact, kind in _facts(text):
+        seen[fact] += 1
+        if seen[fact] == 1 and fact.rpartition("=")[2] not in preview and len(candidates) < MAX_CANDIDATES:
+            candidates.append(fact)
+            rank.append(kind)
+    kind_of = [fact.partition("=")[0] if "=" in fact else _shape(fact) for fact in candidates]
+    kinds = Counter(kind_of)
+
+    def order(i: int) -> tuple[int, int, int]:
+        # Ids and values: the rarest shape first (one order number among many records). Names and
+        # paths: the most used first (what a file or a grep is about), then the first seen.
+        often = kinds[kind_of[i]] if rank[i] in (RANK_ERROR_LINE, RANK_ID) else -seen[candidates[i]]
+        return rank[i], often, i
+
+    chosen: list[int] = []
+    used = 0
+    for i in sorted(range(len(candidates)), key=order):
+        fact = candidates[i]
+        if used + len(fact) + 2 > FACT_CHARS or any(fact in candidates[j] for j in chosen):
+            continue  # a shorter fact may still fit; one inside a fact already kept is kept
+        if fits is not None and not fits(facts_section([candidates[j] for j in sorted([*chosen, i])])):
+            break
+        chosen.append(i)
+        used += len(fact) + 2
+    return [candidates[i] for i in sorted(chosen)]
+
+
+def _shape(fact: str) -> str:
+    """What kind of token a fact is (letters become a, digits 9): `BW-2231` and `BW-7810` are alike."""
+    return fact.translate(_SHAPES)[:12]
+
+
+def _facts(text: str) -> Iterator[tuple[str, int]]:
+    """Each fact of `text` (repeats too: how often a name occurs says how central it is) with its rank."""
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        try:
+            for fact in _json_facts(orjson.loads(stripped)):
+                yield fact, RANK_ID
+            return
+        except orjson.JSONDecodeError:
+            pass
+    text = head_and_tail(text, SCAN_CHARS)
+    if NUMBERED_LINE.search(text, 0, 2000):
+        text = NUMBERED_LINE.sub("", text)  # line numbers are not facts
+    for line in _error_lines(text, 2):
+        yield line, RANK_ERROR_LINE
+    ranks: dict[str, list[tuple[str, int]]] = {}  # a token's facts, found once per distinct token
+    for match in itertools.islice(_FACT_TOKEN.finditer(text), MAX_SCANNED):
+        token = match.group(0)
+        if text[match.start() - 1] == "\\" and match.start() and (escape := _ESCAPE.match(token)):
+            token = token[escape.end() :]  # `\u005c`, `\n` of JSON-escaped text are not facts
+        facts = ranks.get(token)
+        if facts is None:
+            ranks[token] = facts = _token_facts(token)
+        yield from facts
+
+
+def _token_facts(token: str) -> list[tuple[str, int]]:
+    if token.isalpha() and (token.islower() or token.isupper() or token[1:].islower()):
+        return []  # a plain word: the most common token by far, and never a fact
+    token = token.rstrip(".:/-,").lstrip("-:")
+    facts = []
+    for part in _parts(token[2:] if token.startswith("./") else token):
+        kind = _rank(part)
+        if kind is not None:
+            facts.append((part, kind))
+    return facts
+
+
+def _parts(token: str) -> list[str]:
+    """`src/app.py:12:def` is a path, a line number and a word; `a.py::test_x` and URLs stay whole."""
+    if ":" not in token or "::" in token or "://" in token or token.replace(":", "").isdigit():
+        return [token] if token else []
+    return [part for part in token.split(":") if part]
+
+
+def _rank(token: str) -> int | None:
+    """What a token is worth to the next step (lower is better), None for no fact at all."""
+    if len(token) < 3 or len(token) > 120:
+        return None
+    if "/" in token or "::" in token:
+        last = token.rpartition("/")[2]
+        if "::" in token or "." in last.strip(".") or token.count("/") >= 2:
+            return RANK_PATH
+        return RANK_NAME if len(last) > 1 and not last.isalpha() else None  # `</NOTE>` is no path
+    digits = _DIGIT.search(token) is not None
+    if "." in token and not token[0].isdigit():
+        parts = token.split(".")
+        if all(part.isidentifier() for part in parts):
+            if _EXCEPTION_WORD.fullmatch(parts[-1]):
+                return RANK_ERROR
+            if len(parts) == 2 and parts[1] in _FILE_EXTENSIONS:
+                return RANK_PATH
+            # `self.x` is an attribute, worth as much as a code name; `a.b.c`, `re.escape` module paths.
+            return RANK_NAME if parts[0] in ("self", "cls") else RANK_DOTTED
+    if _EXCEPTION_WORD.fullmatch(token):
+        return RANK_ERROR
+    if digits:
+        bare = token.lstrip("#$€£¥").replace(",", "").replace(".", "").replace("-", "")
+        if bare.isdigit():
+            return RANK_ID if "-" in token or "$" in token or len(bare) >= 4 else RANK_NUMBER
+        if _HEX.fullmatch(token.lower()):
+            return RANK_HEX
+        return RANK_ID
+    if token.isidentifier() and (
+        "_" in token.strip("_") or token[0] == "_" or (not token.isupper() and not token[1:].islower())
+    ):
+        return RANK_NAME
+    return None
+
+
+def _error_lines(text: str, most: int) -> Iterator[str]:
+    """The first lines that name an error, found word first (a line pattern backtracks on every line)."""
+    lowered = text.lower()
+    if not any(word in lowered for word in ERROR_WORDS):
+        return
+    for start, end in matching_lines(ERROR_WORD, text, lowered, ERROR_WORDS):
+        if end - start > 100:  # a long line (JSON-escaped output): around its last error word
+            found = [m.start() for m in ERROR_WORD.finditer(text, start, min(end, start + LINE_CHARS))]
+            start = max(start, found[-1] - 40) if found else start
+        yield shorten(_JSON_ESCAPE.sub(" ", text[start : min(end, start + 400)]).strip(), 100)
+        most -= 1
+        if not most:
+            return
+
+
+def _json_facts(root: Any) -> Iterator[str]:
+    """Leaves of a JSON value that look like facts, depth first, without recursion (so any depth the
+    parser accepts is fine and a leaf costs the same however deep it sits)."""
+    stack: list[Iterator[tuple[str, Any]]] = [iter((("", root),))]
+    fact_key: dict[str, bool] = {}
+    leaves = 0
+    while stack and leaves < MAX_SCANNED:
+        for key, value in stack[-1]:
+            if isinstance(value, dict):
+                stack.append((str(k), v) for k, v in value.items())
+                break
+            if isinstance(value, list):
+                stack.append((key, v) for v in value)
+                break
+            leaves += 1
+            if value is None:
+                continue
+            if key not in fact_key:
+                fact_key[key] = bool(key) and _FACT_KEY.search(key) is not None
+            if isinstance(value, bool) and not fact_key[key]:
+                continue
+            rendered = value if isinstance(value, str) else orjson.dumps(value).decode()
+            if len(rendered) > 60:
+                if ERROR_WORD.search(rendered, 0, SCAN_CHARS):
+                    yield f"{key}={shorten(rendered, 100)}" if key else shorten(rendered, 100)
+            elif fact_key[key] or any(ch.isdigit() for ch in rendered):
+                yield f"{key}={rendered}" if key else rendered
+        else:
+            stack.pop()
