@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import urllib.parse
 from typing import Any
 
 import httpx
@@ -14,7 +15,7 @@ import pytest
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, RequestCounter, text_of
 from proxy.engine.limits import budget_for, estimate_margin, text_size
-from proxy.formats import ANTHROPIC, RESPONSES, WireFormat, context_edits, server_manages_context
+from proxy.formats import ANTHROPIC, RESPONSES, WireFormat
 from proxy.formats.anthropic_context_edits import CLEARED_RESULT
 from proxy.settings import Settings
 from tests.support.fakes import RecordingUpstream, completion, proxy_client
@@ -90,7 +91,7 @@ def thinking_turns(messages: list[dict[str, Any]]) -> list[int]:
 
 def edited(messages: list[dict[str, Any]], *edits: dict[str, Any]) -> list[dict[str, Any]]:
     body = {"model": "m", "messages": messages, "context_management": {"edits": list(edits)}}
-    out = context_edits(ANTHROPIC, body)
+    out = ANTHROPIC.context_edits(body)
     assert out["context_management"] == body["context_management"], "the field is kept as it came"
     result: list[dict[str, Any]] = out["messages"]
     return result
@@ -103,7 +104,7 @@ def test_clear_thinking_keep_all_as_claude_code_sends_it_changes_nothing() -> No
         "messages": messages,
         "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
     }
-    assert context_edits(ANTHROPIC, body) is body
+    assert ANTHROPIC.context_edits(body) is body
 
 
 def test_clear_thinking_keeps_the_last_turns_thinking_by_default_and_keep_turns() -> None:
@@ -188,7 +189,8 @@ def test_clear_tool_uses_clears_all_but_the_last_keep_once_triggered() -> None:
 def test_server_side_context_management_is_honoured_only_where_the_server_does_it(
     url: str, kind: str, wire: WireFormat, body: dict[str, Any], honoured: bool
 ) -> None:
-    assert server_manages_context(wire, body, upstream_url=url, upstream_kind=kind) is honoured
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    assert wire.server_manages_context(body, upstream_host=host, upstream_kind=kind) is honoured
 
 
 # --- the reply room: a huge max_tokens must not leave an agent only its last exchange -------------

@@ -1,7 +1,8 @@
 """A new wire format is one module and one row of the route table: a toy "transcript" format (its
 turns are `{"speaker", "text"}`), added to the proxy's own table and nothing else, is compacted end
 to end (in process), named in metrics, dry-run by name, answered in its own error shape, refused
-in its own overflow wording and told of a broken stream in its own event."""
+in its own overflow wording naming its own field, told of a broken stream in its own event, and left
+alone when it says its server keeps the history."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from proxy.engine.chat import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError
 from proxy.formats import ROUTES, Conversation, Route, RouteTable
-from proxy.formats.base import Part, rebuild, rewrite_items, sse_error_event
+from proxy.formats.base import Part, rebuild, rewrite_items, source_field, sse_error_event
 from proxy.server.app import create_app
 from tests.support.fakes import ClosingStream, RecordingUpstream, make_settings, sse_chunks
 
@@ -68,6 +69,15 @@ class Transcript:
     def stream_error_event(self, message: str) -> bytes:
         return sse_error_event({"transcript_error": message}, event="transcript_error")
 
+    def client_field(self, body: Body, conversation: Conversation, index: int) -> str:
+        return source_field(conversation, index, items="turns", outside="turns")
+
+    def server_manages_context(self, body: Body, *, upstream_host: str, upstream_kind: str) -> bool:
+        return body.get("server_keeps_history") is True
+
+    def context_edits(self, body: Body) -> Body:
+        return body
+
 
 TOY = Route("/v1/transcripts", Transcript(), "/transcripts", scope=("/v1/transcripts", "/v1/transcripts/"))
 
@@ -114,6 +124,15 @@ async def test_a_toy_format_under_its_window_is_forwarded_byte_for_byte() -> Non
     assert upstream.last.content == content
 
 
+async def test_a_toy_format_decides_when_its_server_keeps_the_history() -> None:
+    upstream = RecordingUpstream(respond=lambda request: httpx.Response(200, json={"said": "ok"}))
+    content = json.dumps({**transcript(41), "server_keeps_history": True}).encode()
+    async with toy_client(upstream, window=2000) as client:
+        response = await client.post("/v1/transcripts", content=content)
+    assert response.status_code == 200
+    assert upstream.last.content == content  # over the window, but the server compacts: untouched
+
+
 async def test_a_toy_formats_errors_come_in_its_own_shape() -> None:
     async with toy_client(RecordingUpstream(), max_body_bytes=100) as client:
         too_large = await client.post("/v1/transcripts", content=b"{" + b" " * 200 + b"}")
@@ -134,6 +153,7 @@ async def test_a_toy_format_refuses_what_cannot_fit_in_its_own_words() -> None:
     assert re.fullmatch(
         r"transcript too long: \d+ of 2000 tokens\. No compaction can make it fit: .+", message
     )
+    assert "The largest part is turns[0], about" in message  # the client's own field, named by the toy
     assert "shorten the system prompt." in message  # the engine's detail, in the toy's words
     assert not upstream.requests
 

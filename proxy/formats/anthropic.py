@@ -11,7 +11,7 @@ into an assistant message is a text block after its thinking blocks; no block is
 `cache_control`, so the request never carries more of those markers than it came with.
 
 A request that asks for the server's own context management (`context_management`) is left alone
-only where the server implements it (`proxy.formats.server_manages_context`); elsewhere the edits a
+only where the server implements it (`AnthropicMessages.server_manages_context`); elsewhere the edits a
 proxy can apply faithfully are applied first (`proxy.formats.anthropic_context_edits`), the field is
 kept as it came, and the request is compacted like any other.
 Shapes follow anthropic-sdk-python's `MessageCreateParams` and llama.cpp's
@@ -24,10 +24,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.counting.estimator import estimate_text_tokens
 from proxy.counting.tokens import json_text
 from proxy.engine.chat import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError, anthropic_error
+from proxy.formats.anthropic_context_edits import apply_context_edits
 from proxy.formats.base import (
     Conversation,
     Message,
@@ -35,6 +37,7 @@ from proxy.formats.base import (
     int_field,
     rebuild,
     rewrite_items,
+    source_field,
     sse_error_event,
     str_field,
 )
@@ -104,6 +107,22 @@ class AnthropicMessages:
 
     def overflow_error(self, refusal: Refusal, *, streamed: bool) -> ContextOverflowError:
         return ContextOverflowError(self.overflow_message(refusal), param=refusal.field or "messages")
+
+    def client_field(self, body: Body, conversation: Conversation, index: int) -> str:
+        return source_field(conversation, index, items="messages", outside="system")
+
+    def server_manages_context(self, body: Body, *, upstream_host: str, upstream_kind: str) -> bool:
+        """`context_management` is Anthropic's own API's (or a server configured as one):
+        llama.cpp, vLLM, Ollama and LiteLLM ignore it, so for them the proxy compacts."""
+        asks = body.get("context_management") is not None
+        return asks and (upstream_kind == "anthropic" or upstream_host == "api.anthropic.com")
+
+    def context_edits(self, body: Body) -> Body:
+        """The `clear_thinking` and `clear_tool_uses` edits `context_management` asks for, applied
+        by the proxy for a server that does not."""
+        if body.get("context_management") is None:
+            return body
+        return apply_context_edits(body, _prompt_estimate)
 
     def stream_error_event(self, message: str) -> bytes:
         """Anthropic's `error` event, on which its SDK raises."""
@@ -234,3 +253,7 @@ def _last_usage(tail: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return usage if isinstance(usage, dict) else None
+
+
+def _prompt_estimate(body: Body) -> int:
+    return estimate_text_tokens(json_text({k: body.get(k) for k in ("system", "messages", "tools")}))

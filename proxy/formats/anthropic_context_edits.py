@@ -1,7 +1,7 @@
 """Anthropic's context edits (`context_management.edits`), applied by the proxy for a server that
 does not implement them: `clear_thinking` and `clear_tool_uses`, on the request's Anthropic messages
 as they came, before the request is compacted like any other
-(`proxy.formats.context_edits` decides when).
+(`AnthropicMessages.context_edits` decides when).
 """
 
 from __future__ import annotations

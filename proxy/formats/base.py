@@ -93,6 +93,31 @@ class WireFormat(Protocol):
         client raises (`sse_error_event` frames it)."""
         ...
 
+    def client_field(self, body: Body, conversation: Conversation, index: int) -> str:
+        """The client's own name for neutral message `index`, for errors (`messages[3]`, `input[7]`,
+        `system`); `source_field` finds it from the conversation's sources."""
+        ...
+
+    def server_manages_context(self, body: Body, *, upstream_host: str, upstream_kind: str) -> bool:
+        """Whether `body` asks for server-side context management that this upstream (its host name,
+        `COMPACT_UPSTREAM_KIND`) really implements: then the proxy leaves the history alone."""
+        ...
+
+    def context_edits(self, body: Body) -> Body:
+        """`body` with the context edits it asks for that the proxy applies itself, for a server that
+        does not; `body` itself when none applies."""
+        ...
+
+
+def source_field(conversation: Conversation, index: int, *, items: str, outside: str) -> str:
+    """The client's name for neutral message `index`: `items[i]` for the format's item `i` it comes
+    from, `outside` for what lives outside the list (no source)."""
+    sources = conversation.sources
+    if not sources or index >= len(sources):  # one neutral message per item
+        return f"{items}[{index}]"
+    parts = sources[index]
+    return f"{items}[{parts[0].item}]" if parts else outside
+
 
 @dataclass(slots=True)
 class Decisions:

@@ -13,7 +13,7 @@ from proxy.counting.calibration import reported_prompt_tokens
 from proxy.engine.chat import Body, ChatPlan, validated_messages
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, openai_error
-from proxy.formats.base import Conversation, sse_error_event
+from proxy.formats.base import Conversation, source_field, sse_error_event
 
 
 class ChatCompletions:
@@ -44,6 +44,15 @@ class ChatCompletions:
         return reported_prompt_tokens(tail)
 
     error_body = staticmethod(openai_error)
+
+    def client_field(self, body: Body, conversation: Conversation, index: int) -> str:
+        return source_field(conversation, index, items="messages", outside="messages")
+
+    def server_manages_context(self, body: Body, *, upstream_host: str, upstream_kind: str) -> bool:
+        return False  # Chat Completions has no server-side context management
+
+    def context_edits(self, body: Body) -> Body:
+        return body
 
     def overflow_message(self, refusal: Refusal) -> str:
         """OpenAI's own wording ("This model's maximum context length is N tokens. However, ...")."""

@@ -9,7 +9,7 @@ others, screenshots or shell output objects, have no plain text to shorten).
 
 Left alone: a request that continues a stored response (`previous_response_id`: the history is on
 the server). A request that asks the server to compact (`context_management`, or a `compaction`
-item) is left alone only where the server does that (`proxy.formats.server_manages_context`);
+item) is left alone only where the server does that (`Responses.server_manages_context`);
 elsewhere it is compacted like any other, the field kept and a `compaction` item counted whole.
 Shapes follow the openai-python 3.x `ResponseCreateParams` types and llama.cpp's
 `server_chat_convert_responses_to_chatcmpl` (which accepts an assistant item only with
@@ -39,6 +39,7 @@ from proxy.formats.base import (
     int_field,
     rebuild,
     rewrite_items,
+    source_field,
     sse_error_event,
     str_field,
 )
@@ -112,6 +113,24 @@ class Responses:
     def overflow_error(self, refusal: Refusal, *, streamed: bool) -> ContextOverflowError:
         error = FailedResponse if streamed else ContextOverflowError
         return error(self.overflow_message(refusal), param=refusal.field or "input")
+
+    def client_field(self, body: Body, conversation: Conversation, index: int) -> str:
+        if isinstance(body.get("input"), str):
+            return "input"
+        return source_field(conversation, index, items="input", outside="instructions")
+
+    def server_manages_context(self, body: Body, *, upstream_host: str, upstream_kind: str) -> bool:
+        """`context_management` and `compaction` items are OpenAI's own API's: llama.cpp, vLLM and
+        LiteLLM ignore them, so for them the proxy compacts."""
+        items = body.get("input")
+        asks = body.get("context_management") is not None or (
+            isinstance(items, list)
+            and any(isinstance(i, dict) and str_field(i.get("type")) in SERVER_COMPACTION for i in items)
+        )
+        return asks and upstream_host == "api.openai.com"
+
+    def context_edits(self, body: Body) -> Body:
+        return body
 
     def stream_error_event(self, message: str) -> bytes:
         """An `error` event, whose `error` object also makes the openai SDK raise."""

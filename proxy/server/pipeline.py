@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import time
+import urllib.parse
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +28,7 @@ from proxy.engine.jsonbody import dump_json, parse_json_object
 from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
-from proxy.formats import Conversation, Route, WireFormat, client_field, context_edits, server_manages_context
+from proxy.formats import Conversation, Route, WireFormat
 from proxy.server.exchange import Exchange
 from proxy.server.intake import (
     check_messages,
@@ -64,7 +65,10 @@ class Pipeline:
         self.upstream_headers, self.credentials = parts.headers.for_request, parts.headers.credentials
         self.summary_headers = parts.headers.for_summary
         settings = parts.settings
-        self._upstream_kind = {"upstream_url": settings.upstream_url, "upstream_kind": settings.upstream_kind}
+        self._upstream_kind = {
+            "upstream_host": (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower(),
+            "upstream_kind": settings.upstream_kind,
+        }
 
     # ------------------------------------------------------------------ the compacted route
 
@@ -97,9 +101,9 @@ class Pipeline:
     ) -> tuple[dict[str, Any], bytes, Conversation | None]:
         """The body (with the context edits the proxy applies itself), its bytes and its neutral
         conversation; no conversation when the server keeps or compacts this history itself."""
-        if server_manages_context(wire, body, **self._upstream_kind):
+        if wire.server_manages_context(body, **self._upstream_kind):
             return body, raw, None
-        if (edited := context_edits(wire, body)) is not body:
+        if (edited := wire.context_edits(body)) is not body:
             body, raw = edited, dump_json(edited)
         conversation = wire.read(body, params)
         if conversation is not None:
@@ -150,7 +154,7 @@ class Pipeline:
         if rejected:
             refusal = refusal_for(
                 replace(plan, reply_field=wire.reply_field or plan.reply_field),
-                functools.partial(client_field, wire, body, conversation),
+                functools.partial(wire.client_field, body, conversation),
             )
             raise wire.overflow_error(refusal, streamed=wire.streamed(body))
 
