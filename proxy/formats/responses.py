@@ -115,9 +115,8 @@ class Responses:
         return error(self.overflow_message(refusal), param=refusal.field or "input")
 
     def client_field(self, body: Body, conversation: Conversation, index: int) -> str:
-        if isinstance(body.get("input"), str):
-            return "input"
-        return source_field(conversation, index, items="input", outside="instructions")
+        field = source_field(conversation, index, items="input", outside="instructions")
+        return "input" if field != "instructions" and isinstance(body.get("input"), str) else field
 
     def server_manages_context(self, body: Body, *, upstream_host: str, upstream_kind: str) -> bool:
         """`context_management` and `compaction` items are OpenAI's own API's: llama.cpp, vLLM and
