@@ -68,6 +68,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.counting.tokenizers import load_text_counter
+from tests.support.upstreams.formats import response_object, response_usage
 
 TASK_MARK = "agent-task-7f3a"
 DONE_MARK = "TASK-COMPLETE"
@@ -432,35 +433,6 @@ def responses_orphans(items: list[Any]) -> int:
     return orphans
 
 
-def response_object(
-    body: dict[str, Any], rid: str, status: str, output: list[Any], usage: Any
-) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "response",
-        "created_at": int(time.time()),
-        "status": status,
-        "error": None,
-        "incomplete_details": None,
-        "instructions": body.get("instructions"),
-        "max_output_tokens": body.get("max_output_tokens"),
-        "model": body.get("model", ""),
-        "output": output,
-        "parallel_tool_calls": True,
-        "previous_response_id": None,
-        "reasoning": {"effort": None, "summary": None},
-        "store": False,
-        "temperature": 1.0,
-        "text": {"format": {"type": "text"}},
-        "tool_choice": "auto",
-        "tools": [],
-        "top_p": 1.0,
-        "truncation": "disabled",
-        "metadata": {},
-        "usage": usage,
-    }
-
-
 async def responses(request: Request) -> Response:
     rec: Recorder = request.app.state.recorder
     body = orjson.loads(await request.body())
@@ -521,13 +493,7 @@ async def responses(request: Request) -> Response:
             }
         )
     out_tokens = count(output)
-    usage = {
-        "input_tokens": tokens,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": out_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": tokens + out_tokens,
-    }
+    usage = response_usage(tokens, out_tokens)
     if body.get("stream") is not True:
         return json_response(response_object(body, rid, "completed", output, usage))
 

@@ -90,9 +90,9 @@ def responses_problem(items: Any) -> str | None:
 
 
 def response_object(
-    body: dict[str, Any], rid: str, tokens: int, status: str, output: list[Any]
+    body: dict[str, Any], rid: str, status: str, output: list[Any], usage: dict[str, Any] | None
 ) -> dict[str, Any]:
-    done = status == "completed"
+    """A Responses API `response` object, as OpenAI's API returns and streams it."""
     return {
         "id": rid,
         "object": "response",
@@ -115,15 +115,17 @@ def response_object(
         "top_p": 1.0,
         "truncation": "disabled",
         "metadata": {},
-        "usage": {
-            "input_tokens": tokens,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 6,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": tokens + 6,
-        }
-        if done
-        else None,
+        "usage": usage,
+    }
+
+
+def response_usage(input_tokens: int, output_tokens: int = 6) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
     }
 
 
@@ -154,15 +156,15 @@ async def responses(request: Request) -> Response:
     part = {"type": "output_text", "text": REPLY, "annotations": [], "logprobs": []}
     item = {"type": "message", "id": mid, "status": "completed", "role": "assistant", "content": [part]}
     if body.get("stream") is not True:
-        return json_response(response_object(body, rid, tokens, "completed", [item]))
+        return json_response(response_object(body, rid, "completed", [item], response_usage(tokens)))
 
     def events() -> Iterator[tuple[str | None, Any]]:
         seq = itertools.count()
         started = {**item, "status": "in_progress", "content": []}
         empty = {**part, "text": ""}
         for kind, fields in (
-            ("response.created", {"response": response_object(body, rid, tokens, "in_progress", [])}),
-            ("response.in_progress", {"response": response_object(body, rid, tokens, "in_progress", [])}),
+            ("response.created", {"response": response_object(body, rid, "in_progress", [], None)}),
+            ("response.in_progress", {"response": response_object(body, rid, "in_progress", [], None)}),
             ("response.output_item.added", {"output_index": 0, "item": started}),
             (
                 "response.content_part.added",
@@ -184,7 +186,10 @@ async def responses(request: Request) -> Response:
                 {"item_id": mid, "output_index": 0, "content_index": 0, "part": part},
             ),
             ("response.output_item.done", {"output_index": 0, "item": item}),
-            ("response.completed", {"response": response_object(body, rid, tokens, "completed", [item])}),
+            (
+                "response.completed",
+                {"response": response_object(body, rid, "completed", [item], response_usage(tokens))},
+            ),
         ):
             yield kind, {"type": kind, "sequence_number": next(seq), **fields}
 
