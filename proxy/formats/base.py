@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.engine.chat import Body, ChatPlan
-from proxy.engine.compaction import CompactionResult, Marker
+from proxy.engine.compaction import CompactionResult
+from proxy.engine.markers import Marker
 
 Message = dict[str, Any]
 
