@@ -9,7 +9,7 @@ import fnmatch
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy.engine.notes import TYPICAL_FACTS, dropped_marker, is_dropped_marker
 
@@ -23,8 +23,9 @@ LEADING_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
 
 
-@dataclass(frozen=True, slots=True)
-class Unit:
+# Named tuples, not frozen dataclasses: a long history has thousands, and a frozen dataclass takes
+# twice as long to build.
+class Unit(NamedTuple):
     """A run of messages level 2 drops whole: one user request and everything up to the next."""
 
     start: int
@@ -33,8 +34,7 @@ class Unit:
     droppable: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Exchange:
+class Exchange(NamedTuple):
     """An assistant `tool_calls` message and all its results, which follow it: dropped whole."""
 
     start: int
@@ -71,13 +71,14 @@ class ConversationIndex:
         gap_tokens: int,
     ) -> ConversationIndex:
         n = len(messages)
-        roles = tuple(r if isinstance(r := m.get("role"), str) else "" for m in messages)
+        roles = tuple([r if isinstance(r := m.get("role"), str) else "" for m in messages])
         results = _results(messages, roles)
         head_end = next((i for i, role in enumerate(roles) if role not in LEADING_ROLES), n)
-        users = tuple(i for i in range(head_end, n) if roles[i] == "user")
-        tools = tuple(i for i in range(n) if roles[i] in TOOL_ROLES)
-        units = _units(messages, roles, results, users, protected_tools)
-        exchanges = _exchanges(messages, roles, results, users, tools, protected_tools)
+        users = tuple([i for i in range(head_end, n) if roles[i] == "user"])
+        tools = tuple([i for i in range(n) if roles[i] in TOOL_ROLES])
+        units = _units(messages, roles, results, users, tools, protected_tools)
+        replies = tuple([i for i in range(n) if roles[i] == "assistant"])
+        exchanges = _exchanges(messages, roles, results, users, tools, replies, protected_tools)
         marker_cost = max(count(dropped_marker(n)), gap_tokens)
         empty_cost = count({"content": ""})
         return cls(
@@ -87,7 +88,7 @@ class ConversationIndex:
             results=results,
             users=users,
             tools=tools,
-            replies=tuple(i for i in range(n) if roles[i] == "assistant"),
+            replies=replies,
             units=units,
             exchanges=exchanges,
             protected_tools=protected_tools,
@@ -150,6 +151,7 @@ def _units(
     roles: tuple[str, ...],
     results: Mapping[int, Call],
     users: tuple[int, ...],
+    tools: tuple[int, ...],
     protected_tools: tuple[str, ...],
 ) -> tuple[Unit, ...]:
     """Level 2's units. The first is the answer to the first request (the request itself stays);
@@ -157,12 +159,18 @@ def _units(
     if not users:
         return ()
     n = len(messages)
-    earliest_call = [n] * (n + 1)  # earliest call index among tool results at or after i
-    for i in range(n - 1, -1, -1):
-        earliest_call[i] = earliest_call[i + 1]
-        if roles[i] in TOOL_ROLES:
-            earliest_call[i] = min(earliest_call[i], results[i][0])
-    cuts = [c for c in [users[0] + 1, *users[1:]] if earliest_call[c] >= c and c < n]
+    candidates = [users[0] + 1, *users[1:]]
+    # A cut at c is safe when no tool result at or after c answers a call before c: a sweep from the
+    # end over the tool results, keeping the earliest call seen.
+    safe = set()
+    earliest, t = n, len(tools) - 1
+    for c in sorted(set(candidates), reverse=True):
+        while t >= 0 and tools[t] >= c:
+            earliest = min(earliest, results[tools[t]][0])
+            t -= 1
+        if earliest >= c and c < n:
+            safe.add(c)
+    cuts = [c for c in candidates if c in safe]
     units = []
     for start, end in itertools.pairwise(cuts):
         span = range(start, end)
@@ -180,6 +188,7 @@ def _exchanges(
     results: Mapping[int, Call],
     users: tuple[int, ...],
     tools: tuple[int, ...],
+    replies: tuple[int, ...],
     protected_tools: tuple[str, ...],
 ) -> tuple[Exchange, ...]:
     """The tool exchanges, in order. One whose results do not all follow it (or that holds a
@@ -194,8 +203,8 @@ def _exchanges(
             last_result[call] = i
     first = users[0] if users else n
     out = []
-    for i in range(first + 1, n):
-        if roles[i] != "assistant" or not messages[i].get("tool_calls"):
+    for i in replies[bisect.bisect_right(replies, first) :]:
+        if not messages[i].get("tool_calls"):
             continue
         end = i + 1
         while end < n and roles[end] in TOOL_ROLES:
@@ -206,8 +215,13 @@ def _exchanges(
         droppable = (
             last_result.get(i, i) < end
             and all(results[j][0] in (i, j) for j in answers)
-            and not any(_is_protected(results[j][1], protected_tools) for j in answers)
-            and not any(_is_protected(name, protected_tools) for name in _call_names(messages[i]))
+            and not (
+                protected_tools
+                and (
+                    any(_is_protected(results[j][1], protected_tools) for j in answers)
+                    or any(_is_protected(name, protected_tools) for name in _call_names(messages[i]))
+                )
+            )
         )
         out.append(Exchange(i, end, droppable))
     return tuple(out)
