@@ -40,18 +40,20 @@ class Replay:
     def run(self) -> None:
         index, budget = self.index, self.budget
         n = len(index.messages)
-        self.costs = list(index.costs)
+        self.costs = costs = list(index.costs)
         self.dropped = [False] * n
-        roles, limit = index.roles, budget.limit
-        costs = self.costs
+        limit = budget.limit
         self.acc = budget.fixed
-        for i in range(n + 1):
-            # Each earlier request ended where an assistant reply begins; the last one ends here.
-            at_request = i == n or (i > 0 and roles[i] == "assistant")
-            if at_request and self.acc > limit:
-                self._shrink(i)
-            if i < n:
-                self.acc += costs[i]
+        # Each earlier request ended where an assistant reply begins; the last one ends here. A
+        # request's shrinking changes only messages before its end, so the costs added are as read.
+        ends = [i for i in index.replies if i > 0]
+        ends.append(n)
+        start = 0
+        for end in ends:
+            self.acc += sum(costs[start:end])
+            start = end
+            if self.acc > limit:
+                self._shrink(end)
         # Notes were costed with their facts' budget; write the surviving ones (within that budget)
         # and, should a count not add up after all, keep compacting the final request.
         for _ in range(MAX_SETTLE_ROUNDS):
