@@ -44,8 +44,8 @@ class Cuts:
         index = self.index
         message = index.messages[i]
         content = message.get("content")
-        _, tool, arguments = index.call_of(i)
-        if is_note(content) or index.is_protected(tool):
+        _, tool, arguments = index.results[i]
+        if is_note(content) or (index.protected_tools and index.is_protected(tool)):
             return cost
         text = text_of(content)
         preview_chars = self.preview_chars
@@ -112,8 +112,13 @@ class Cuts:
         index = self.index
         message = index.messages[i]
         content = message.get("content")
-        _, tool, _ = index.call_of(i)
-        if i in self.notes or i in self.planned or index.is_protected(tool) or is_note(content):
+        _, tool, _ = index.results[i]
+        if (
+            i in self.notes
+            or i in self.planned
+            or (index.protected_tools and index.is_protected(tool))
+            or is_note(content)
+        ):
             return cost
         text = text_of(content)
         tokens = max(MIN_CAP_TOKENS, tokens)

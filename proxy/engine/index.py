@@ -86,26 +86,23 @@ class ConversationIndex(NamedTuple):
         exchanges = _exchanges(messages, roles, results, users, tools, replies, protected_tools)
         marker_cost = max(count(dropped_marker(n)), gap_tokens)
         empty_cost = count({"content": ""})
+        # Positional: a named tuple's keyword arguments cost a microsecond, on every call.
         return cls(
-            messages=messages,
-            roles=roles,
-            costs=tuple(costs),
-            results=results,
-            users=users,
-            tools=tools,
-            replies=replies,
-            units=units,
-            exchanges=exchanges,
-            protected_tools=protected_tools,
-            keep_recent_turns=keep_recent_turns,
-            marker_cost=marker_cost,
-            empty_cost=empty_cost,
-            facts_cost=count({"content": TYPICAL_FACTS}) - empty_cost,
+            messages,
+            roles,
+            tuple(costs),
+            results,
+            users,
+            tools,
+            replies,
+            units,
+            exchanges,
+            protected_tools,
+            keep_recent_turns,
+            marker_cost,
+            empty_cost,
+            count({"content": TYPICAL_FACTS}) - empty_cost,
         )
-
-    def call_of(self, i: int) -> Call:
-        """The call tool result `i` answers."""
-        return self.results[i]
 
     def is_protected(self, tool: str | None) -> bool:
         return _is_protected(tool, self.protected_tools)
