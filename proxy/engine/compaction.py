@@ -30,6 +30,10 @@ window (marked over the line), else `over_window` says which message, never cut,
 
 Each message is counted once per call; the replay moves pointers forward, so the whole call is
 linear in the size of the history.
+
+This module is the engine's face. The conversation is read once into a frozen index (`index.py`);
+one replay's progress and decisions are `replay.py`; how a tool result is noted or capped is
+`cuts.py`; where the markers of dropped runs stand is `markers.py`.
 """
 
 from __future__ import annotations
