@@ -22,7 +22,8 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.engine.chat import Body, ChatPlan
-from proxy.engine.compaction import CompactionResult, Marker
+from proxy.engine.compaction import CompactionResult
+from proxy.engine.markers import Marker
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError
 

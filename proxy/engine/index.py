@@ -1,0 +1,243 @@
+"""The conversation as the replay reads it, computed once per call and never changed: each message's
+role and cost as counted, which tool call each result answers, where the user requests, tool results
+and assistant messages are, and the units and exchanges that may be dropped whole."""
+
+from __future__ import annotations
+
+import bisect
+import fnmatch
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from proxy.engine.facts import TYPICAL_FACTS
+from proxy.engine.notes import dropped_marker, is_dropped_marker
+
+Message = dict[str, Any]
+CountMessage = Callable[[Message], int]
+# What a tool result answers: the index of the assistant message that called it (its own index when
+# no call is found), the tool's name and the call's arguments.
+Call = tuple[int, str | None, str | None]
+
+LEADING_ROLES = frozenset({"system", "developer"})
+TOOL_ROLES = frozenset({"tool", "function"})
+
+
+# Named tuples, not frozen dataclasses: a long history has thousands, and a frozen dataclass takes
+# twice as long to build.
+class Unit(NamedTuple):
+    """A run of messages level 2 drops whole: one user request and everything up to the next."""
+
+    start: int
+    end: int
+    protected: bool
+    droppable: bool
+
+
+class Exchange(NamedTuple):
+    """An assistant `tool_calls` message and all its results, which follow it: dropped whole."""
+
+    start: int
+    end: int
+    droppable: bool
+
+
+class ConversationIndex(NamedTuple):
+    """The conversation as one call's replay reads it. A named tuple: as immutable as a frozen
+    dataclass and built in a quarter of the time (it is built on every call that compacts)."""
+
+    messages: Sequence[Message]
+    roles: tuple[str, ...]
+    costs: tuple[int, ...]  # each message as counted, before anything is changed
+    results: Mapping[int, Call]  # each tool result's call
+    users: tuple[int, ...]  # the user requests after the leading system messages
+    tools: tuple[int, ...]  # the tool results
+    replies: tuple[int, ...]  # the assistant messages
+    units: tuple[Unit, ...]
+    exchanges: tuple[Exchange, ...]
+    protected_tools: tuple[str, ...]
+    keep_recent_turns: int
+    marker_cost: int  # what a marker is reserved at (or the gap a summary takes)
+    empty_cost: int  # a message with no content
+    facts_cost: int  # what a note's facts are costed at before they are written
+
+    @classmethod
+    def of(
+        cls,
+        messages: Sequence[Message],
+        costs: Sequence[int],
+        count: CountMessage,
+        *,
+        protected_tools: tuple[str, ...],
+        keep_recent_turns: int,
+        gap_tokens: int,
+    ) -> ConversationIndex:
+        n = len(messages)
+        roles = tuple([r if isinstance(r := m.get("role"), str) else "" for m in messages])
+        results = _results(messages, roles)
+        head_end = n
+        for i, role in enumerate(roles):
+            if role not in LEADING_ROLES:
+                head_end = i
+                break
+        users = tuple([i for i in range(head_end, n) if roles[i] == "user"])
+        tools = tuple([i for i in range(n) if roles[i] in TOOL_ROLES])
+        units = _units(messages, roles, results, users, tools, protected_tools)
+        replies = tuple([i for i in range(n) if roles[i] == "assistant"])
+        exchanges = _exchanges(messages, roles, results, users, tools, replies, protected_tools)
+        marker_cost = max(count(dropped_marker(n)), gap_tokens)
+        empty_cost = count({"content": ""})
+        # Positional: a named tuple's keyword arguments cost a microsecond, on every call.
+        return cls(
+            messages,
+            roles,
+            tuple(costs),
+            results,
+            users,
+            tools,
+            replies,
+            units,
+            exchanges,
+            protected_tools,
+            keep_recent_turns,
+            marker_cost,
+            empty_cost,
+            count({"content": TYPICAL_FACTS}) - empty_cost,
+        )
+
+    def is_protected(self, tool: str | None) -> bool:
+        return _is_protected(tool, self.protected_tools)
+
+    def protected_start(self, end: int) -> int:
+        """Where the protected recent part of the request `messages[:end]` starts (0: all of it)."""
+        users = self.users
+        seen = bisect.bisect_left(users, end)
+        keep = self.keep_recent_turns
+        return users[seen - keep] if seen >= keep else 0
+
+
+def _is_protected(tool: str | None, patterns: tuple[str, ...]) -> bool:
+    return tool is not None and any(fnmatch.fnmatchcase(tool, p) for p in patterns)
+
+
+def _results(messages: Sequence[Message], roles: tuple[str, ...]) -> dict[int, Call]:
+    """Map each tool result to its call: the assistant message's index, the tool and arguments."""
+    calls: dict[str, Call] = {}
+    for i, message in enumerate(messages):
+        tool_calls = message.get("tool_calls") if roles[i] == "assistant" else None
+        for call in tool_calls if isinstance(tool_calls, list) else ():
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                function = call.get("function")
+                function = function if isinstance(function, dict) else {}
+                name, arguments = function.get("name"), function.get("arguments")
+                calls[call["id"]] = (
+                    i,
+                    name if isinstance(name, str) else None,
+                    arguments if isinstance(arguments, str) else None,
+                )
+    results: dict[int, Call] = {}
+    for i, role in enumerate(roles):
+        if role not in TOOL_ROLES:
+            continue
+        message = messages[i]
+        call_id = message.get("tool_call_id")
+        if isinstance(call_id, str) and call_id in calls:
+            results[i] = calls[call_id]
+            continue
+        name = message.get("name") or message.get("tool_name")  # Ollama's native API: tool_name
+        results[i] = (i, name if isinstance(name, str) else None, None)
+    return results
+
+
+def _units(
+    messages: Sequence[Message],
+    roles: tuple[str, ...],
+    results: Mapping[int, Call],
+    users: tuple[int, ...],
+    tools: tuple[int, ...],
+    protected_tools: tuple[str, ...],
+) -> tuple[Unit, ...]:
+    """Level 2's units. The first is the answer to the first request (the request itself stays);
+    then each later request with its answers. A cut that would orphan a tool result is skipped."""
+    if not users:
+        return ()
+    n = len(messages)
+    candidates = [users[0] + 1, *users[1:]]  # in order
+    # A cut at c is safe when no tool result at or after c answers a call before c: one sweep from
+    # the end over the candidates and the tool results, keeping the earliest call seen.
+    safe = [False] * len(candidates)
+    earliest, t = n, len(tools) - 1
+    for k in range(len(candidates) - 1, -1, -1):
+        c = candidates[k]
+        while t >= 0 and tools[t] >= c:
+            call = results[tools[t]][0]
+            if call < earliest:
+                earliest = call
+            t -= 1
+        safe[k] = earliest >= c and c < n
+    cuts = [c for c, ok in zip(candidates, safe, strict=True) if ok]
+    units = []
+    for start, end in itertools.pairwise(cuts):
+        span = range(start, end)
+        protected = bool(protected_tools) and any(
+            roles[i] in TOOL_ROLES and _is_protected(results[i][1], protected_tools) for i in span
+        )
+        droppable = not all(is_dropped_marker(messages[i]) for i in span)
+        units.append(Unit(start, end, protected, droppable))
+    return tuple(units)
+
+
+def _exchanges(
+    messages: Sequence[Message],
+    roles: tuple[str, ...],
+    results: Mapping[int, Call],
+    users: tuple[int, ...],
+    tools: tuple[int, ...],
+    replies: tuple[int, ...],
+    protected_tools: tuple[str, ...],
+) -> tuple[Exchange, ...]:
+    """The tool exchanges, in order. One whose results do not all follow it (or that holds a
+    protected tool) is never dropped: that would leave an orphan, or lose what cannot be fetched.
+    A system message after an exchange (agents send reminders every few steps) goes with it: left
+    behind, each would split the dropped stretch it stands in, and each piece get a marker."""
+    n = len(messages)
+    last_result: dict[int, int] = {}
+    for i in tools:
+        call = results[i][0]
+        if call != i:
+            last_result[call] = i
+    first = users[0] if users else n
+    out = []
+    for i in replies[bisect.bisect_right(replies, first) :]:
+        if not messages[i].get("tool_calls"):
+            continue
+        end = i + 1
+        while end < n and roles[end] in TOOL_ROLES:
+            end += 1
+        answers = range(i + 1, end)
+        while end < n and roles[end] in LEADING_ROLES:
+            end += 1
+        droppable = (
+            last_result.get(i, i) < end
+            and all(results[j][0] in (i, j) for j in answers)
+            and not (
+                protected_tools
+                and (
+                    any(_is_protected(results[j][1], protected_tools) for j in answers)
+                    or any(_is_protected(name, protected_tools) for name in _call_names(messages[i]))
+                )
+            )
+        )
+        out.append(Exchange(i, end, droppable))
+    return tuple(out)
+
+
+def _call_names(message: Message) -> list[str]:
+    calls = message.get("tool_calls")
+    names = []
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str):
+            names.append(name)
+    return names

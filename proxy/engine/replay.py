@@ -1,0 +1,187 @@
+"""One replay of a conversation's history: its progress (the running token total, what is dropped,
+how far each frontier has moved) and the decisions that move it, request by request, as a stateful
+compactor would have made them. The conversation itself is read from its frozen index."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from proxy.engine.cuts import MIN_CAP_TOKENS, Cuts
+from proxy.engine.index import ConversationIndex, Unit
+
+if TYPE_CHECKING:
+    from proxy.engine.compaction import Budget
+
+MAX_SETTLE_ROUNDS = 3
+# A kept tool result takes at most this share of the target before older exchanges are dropped for it.
+KEPT_RESULT_SHARE = 0.5
+# Inside a loop, older exchanges are dropped down to this share of the target: each drop changes the
+# history near its start (the whole prompt cache is lost), so drops come in big, rare batches.
+LOOP_DROP_SHARE = 0.5
+
+
+@dataclass(slots=True)
+class Replay:
+    index: ConversationIndex
+    budget: Budget
+    keep_recent_tool_results: int
+    cuts: Cuts  # what is noted and capped
+    costs: list[int] = field(default_factory=list)  # each message's cost now
+    acc: int = 0  # the running total of the request being replayed
+    dropped: list[bool] = field(default_factory=list)
+    skipped: list[Unit] = field(default_factory=list)  # protected units passed over, dropped last
+    protected_dropped: bool = False
+    next_tool: int = 0
+    next_unit: int = 0
+    next_exchange: int = 0
+
+    def run(self) -> None:
+        index, budget = self.index, self.budget
+        n = len(index.messages)
+        self.costs = costs = list(index.costs)
+        self.dropped = [False] * n
+        limit = budget.limit
+        self.acc = budget.fixed
+        # Each earlier request ended where an assistant reply begins; the last one ends here. A
+        # request's shrinking changes only messages before its end, so the costs added are as read.
+        ends = [i for i in index.replies if i > 0]
+        ends.append(n)
+        start = 0
+        for end in ends:
+            self.acc += sum(costs[start:end])
+            start = end
+            if self.acc > limit:
+                self._shrink(end)
+        # Notes were costed with their facts' budget; write the surviving ones (within that budget)
+        # and, should a count not add up after all, keep compacting the final request.
+        for _ in range(MAX_SETTLE_ROUNDS):
+            self.acc += self.cuts.write_notes(costs, self.dropped)
+            if self.acc <= limit:
+                break
+            self._shrink(n)
+        self.acc += self.cuts.write_notes(costs, self.dropped)
+
+    def _shrink(self, end: int) -> None:
+        """Bring the request `messages[:end]` down to the target: the seed's rules first, then, when
+        they cannot get it under the line, the agent-loop rules inside the protected part."""
+        keep_from = self.index.protected_start(end)
+        self._shrink_old(keep_from)
+        if self.acc > self.budget.limit:
+            self._shrink_loop(end)
+
+    def _shrink_old(self, keep_from: int) -> None:
+        """The seed's rules: touch nothing at or after `keep_from`."""
+        budget, tools, units = self.budget, self.index.tools, self.index.units
+        while self.acc > budget.target and self.next_tool < len(tools) and tools[self.next_tool] < keep_from:
+            i = tools[self.next_tool]
+            self.next_tool += 1
+            if not self.dropped[i]:
+                self._truncate(i)
+        # Dropping loses whole exchanges: only when truncating was not enough to get under the line,
+        # and then in one batch down to the target, so that level 2 moves rarely.
+        dropping = self.acc > budget.limit
+        while (
+            dropping
+            and self.acc > budget.target
+            and self.next_unit < len(units)
+            and units[self.next_unit].end <= keep_from
+        ):
+            unit = units[self.next_unit]
+            self.next_unit += 1
+            if unit.protected:
+                self.skipped.append(unit)
+            elif unit.droppable:
+                self._drop(unit.start, unit.end)
+        # Protected exchanges go only when nothing else is left, and only as far as the line.
+        nothing_else = self.next_unit == len(units) or units[self.next_unit].end > keep_from
+        while self.acc > budget.limit and nothing_else and self.skipped:
+            unit = self.skipped.pop(0)
+            self._drop(unit.start, unit.end)
+            self.protected_dropped = True
+
+    def _shrink_loop(self, end: int) -> None:
+        """Inside the protected part of `messages[:end]`: notes for all but the last kept tool results,
+        then caps for kept results bigger than their share, then older exchanges dropped, then caps
+        for what still does not fit. User messages and assistant answers are never touched."""
+        budget, tools, costs = self.budget, self.index.tools, self.costs
+        last = bisect.bisect_left(tools, end)
+        # Results after the request's last assistant message are fresh: the model has not read them
+        # yet. They are all kept, and capped only as far as the line needs, after older material.
+        replies = self.index.replies
+        reply = bisect.bisect_left(replies, end) - 1
+        fresh_from = bisect.bisect_right(tools, replies[reply]) if reply >= 0 else 0
+        kept = tools[max(0, min(last - self.keep_recent_tool_results, fresh_from)) : last]
+        fresh = [i for i in kept if i >= tools[fresh_from]] if fresh_from < last else []
+        read = kept[: len(kept) - len(fresh)]
+        first_kept = kept[0] if kept else end
+        # Every older result at once, not just down to the target: the next calls then append to an
+        # unchanged prefix for longer, and each move costs the cache only the results kept last time.
+        while self.next_tool < last and tools[self.next_tool] < first_kept:
+            i = tools[self.next_tool]
+            self.next_tool += 1
+            if not self.dropped[i]:
+                self._truncate(i)
+        if self.acc <= budget.limit:
+            return
+        # A huge recent result is cut before older exchanges are given up for it: one already read
+        # down to the target, a fresh one only down to the line.
+        share = max(MIN_CAP_TOKENS, int(budget.target * KEPT_RESULT_SHARE))
+        for results, aim in ((read, budget.target), (fresh, budget.limit)):
+            for i in sorted(results, key=lambda i: -costs[i]):
+                if self.acc <= budget.limit or costs[i] <= share:
+                    break
+                self._cap(i, max(share, costs[i] - (self.acc - aim)))
+        if self.acc <= budget.limit:
+            return
+        exchanges = self.index.exchanges
+        drop_to = int(budget.target * LOOP_DROP_SHARE)
+        while (
+            self.acc > drop_to
+            and self.next_exchange < len(exchanges)
+            and exchanges[self.next_exchange].end <= first_kept
+        ):
+            exchange = exchanges[self.next_exchange]
+            self.next_exchange += 1
+            if exchange.droppable:
+                self._drop(exchange.start, exchange.end)
+        # Whatever is still over: the results already read, biggest first, down to what is left for
+        # them; then the fresh ones, only to the line.
+        for results, aim in ((read, budget.target), (fresh, budget.limit)):
+            for i in sorted(results, key=lambda i: -costs[i]):
+                if self.acc <= budget.limit:
+                    break
+                self._cap(i, costs[i] - (self.acc - aim))
+        # A fresh result capped before the drops gets back what they freed, up to the line.
+        caps = self.cuts.caps
+        for i in fresh:
+            if i in caps and self.acc < budget.limit:
+                self._cap(i, costs[i] + budget.limit - self.acc, grow=True)
+
+    def _truncate(self, i: int) -> None:
+        """Plan a note for tool result `i` (written at the end, if it survives)."""
+        cost = self.costs[i]
+        planned = self.cuts.plan_note(i, cost)
+        self.acc -= cost - planned
+        self.costs[i] = planned
+
+    def _cap(self, i: int, tokens: int, *, grow: bool = False) -> None:
+        """Cap kept tool result `i` to about `tokens` (with `grow`, again and bigger)."""
+        if self.dropped[i]:
+            return
+        cost = self.costs[i]
+        capped = self.cuts.cap(i, tokens, cost, grow=grow)
+        self.acc -= cost - capped
+        self.costs[i] = capped
+
+    def _drop(self, start: int, end: int) -> None:
+        dropped, costs, marker_cost = self.dropped, self.costs, self.index.marker_cost
+        for i in range(start, end):
+            if dropped[i]:
+                continue
+            # Each run of dropped messages is replaced by one marker: this one starts, extends or joins runs.
+            joins = (i > 0 and dropped[i - 1]) + (i + 1 < len(dropped) and dropped[i + 1])
+            dropped[i] = True
+            self.acc -= costs[i]
+            self.acc += marker_cost * (1 - joins)
