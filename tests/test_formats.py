@@ -21,6 +21,7 @@ from proxy.engine.chat import plan_chat
 from proxy.engine.compaction import Policy
 from proxy.engine.notes import DROPPED_PREFIX
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
+from tests.support.conversations import agent_chat
 from tests.support.fakes import RecordingUpstream, proxy_client
 from tests.support.format_chats import ANTHROPIC as ANTHROPIC_SHAPE
 from tests.support.format_chats import RESPONSES as RESPONSES_SHAPE
@@ -410,3 +411,26 @@ async def test_lowering_the_reply_limit_is_not_advised_when_it_would_not_help() 
     assert response.status_code == 400
     error = response.json()["error"]
     assert "max_output_tokens" not in error["message"] and error["param"] == "input[0]"
+
+
+async def test_the_neutral_chat_request_holds_only_what_the_planner_reads() -> None:
+    body = {
+        "model": "gpt-4o",
+        "messages": agent_chat(12, seed=3),
+        "tools": [{"type": "function", "function": {"name": "get_order", "parameters": {}}}],
+        "max_completion_tokens": 500,
+        "logit_bias": {"1734": -100},
+        "vendor_extension": {"cache": "ephemeral"},
+        "stream_options": {"include_usage": True},
+    }
+    request = CHAT.read(body, {}).request
+    assert set(request) == {"model", "messages", "tools", "max_completion_tokens"}
+    assert request["messages"] is body["messages"]
+    upstream = RecordingUpstream()
+    async with proxy_client(upstream, window=3000) as client:
+        response = await client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200 and response.headers["x-compaction-dropped"] != "0"
+    sent = json.loads(upstream.last.content)
+    assert {k: v for k, v in sent.items() if k != "messages"} == {
+        k: v for k, v in body.items() if k != "messages"
+    }

@@ -3,12 +3,17 @@ request's own `options.num_ctx`, its NDJSON stream passed through as it comes.""
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
+import zlib
 from typing import Any
 
 import httpx
 
+from proxy.counting.tokens import RequestCounter, count_chars4
 from proxy.engine.notes import NOTE_PREFIX
+from proxy.formats import OLLAMA
 from tests.support.conversations import SYSTEM, order_result
 from tests.support.fakes import ClosingStream, RecordingUpstream, proxy_client
 
@@ -81,3 +86,100 @@ async def test_native_chat_not_streamed_is_read_whole() -> None:
             "/api/chat", json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False}
         )
     assert response.json()["message"]["content"] == "ok"
+
+
+# --- the neutral conversation: Ollama's own fields do not leak into counting and planning ------------
+
+
+def png(width: int, height: int) -> str:
+    """A PNG's signature and header, base64 as Ollama's `images` carry it (the counter reads the size
+    from the header)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk + b"\x00" * 64).decode()
+
+
+def screenshot_chat(steps: int) -> list[dict[str, Any]]:
+    """A UI agent on Ollama: each step a screenshot whose result is a large image and a line of text."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    messages.append({"role": "user", "content": "Find the checkout button and click it."})
+    for step in range(steps):
+        call = {"function": {"name": "screenshot", "arguments": {"step": step}}}
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        messages.append(
+            {
+                "role": "tool",
+                "tool_name": "screenshot",
+                "content": f"screen {step}",
+                "images": [png(2048, 2048)],
+            }
+        )
+    return messages
+
+
+def test_the_neutral_ollama_request_links_results_counts_images_and_names_the_reply_limit() -> None:
+    body = {
+        "model": "qwen3",
+        "messages": [
+            *screenshot_chat(1),
+            {
+                "role": "assistant",
+                "thinking": "Two lookups at once.",
+                "content": "",
+                "tool_calls": [
+                    {"function": {"name": "get_order", "arguments": {"order": 1}}},
+                    {"function": {"name": "get_customer", "arguments": {"id": 7}}},
+                ],
+            },
+            {"role": "tool", "tool_name": "get_customer", "content": "customer 7"},
+            {"role": "tool", "tool_name": "get_order", "content": "order 1"},
+        ],
+        "options": {"num_ctx": 8192, "num_predict": 300, "temperature": 0},
+        "keep_alive": "5m",
+    }
+    conversation = OLLAMA.read(body, {})
+    request = conversation.request
+    assert set(request) == {"model", "messages", "max_tokens"} and request["max_tokens"] == 300
+    assert conversation.window == 8192
+    neutral = request["messages"]
+    calls = {c["function"]["name"]: c for c in neutral[4]["tool_calls"]}
+    assert json.loads(calls["get_order"]["function"]["arguments"]) == {"order": 1}
+    assert neutral[5]["tool_call_id"] == calls["get_customer"]["id"]  # by its tool_name, not its order
+    assert neutral[6]["tool_call_id"] == calls["get_order"]["id"]
+    assert neutral[3]["tool_call_id"] == neutral[2]["tool_calls"][0]["id"]
+    assert neutral[4]["reasoning_content"] == "Two lookups at once."
+    assert not any(key in m for m in neutral for key in ("images", "tool_name", "thinking"))
+    counter = RequestCounter(count_chars4)
+    assert counter.message(neutral[3]) > 700  # the 2048x2048 screenshot, as OpenAI's tiles count it
+
+
+async def test_old_screenshots_go_once_their_images_are_counted() -> None:
+    upstream = ndjson_upstream()
+    body = {"model": "qwen3", "messages": screenshot_chat(12), "options": {"num_ctx": 8192}}
+    async with proxy_client(upstream, window=128000) as client:
+        response = await client.post("/api/chat", json=body)
+    assert response.status_code == 200
+    assert int(response.headers["x-compaction-tokens-before"]) > 12 * 700, "each screenshot counted"
+    assert int(response.headers["x-compaction-tokens-after"]) <= 0.8 * 8192
+    sent = json.loads(upstream.last.content)
+    kept = [m for m in sent["messages"] if m["role"] == "tool"]
+    assert 0 < len(kept) < 12
+    assert kept[-1] == body["messages"][-1], "the latest screenshot stays whole, image and all"
+    for message in kept:  # each kept result still follows the call it answers
+        calls = sent["messages"][sent["messages"].index(message) - 1].get("tool_calls")
+        assert calls and calls[0]["function"]["arguments"] == {"step": int(message["content"].split()[-1])}
+    assert set(sent) == set(body) and sent["options"] == body["options"]
+
+
+async def test_a_clamped_reply_limit_goes_back_to_num_predict() -> None:
+    upstream = ndjson_upstream()
+    options = {"num_ctx": 4096, "num_predict": 100000, "temperature": 0}
+    body = {"model": "llama3.1:8b", "messages": native_chat(), "options": options}
+    async with proxy_client(upstream, window=128000, clamp_max_tokens=True) as client:
+        response = await client.post("/api/chat", json=body)
+    assert response.status_code == 200
+    sent = json.loads(upstream.last.content)
+    clamped = sent["options"]["num_predict"]
+    assert clamped < 4096 and str(clamped) == response.headers["x-compaction-max-tokens"]
+    assert {**sent["options"], "num_predict": 100000} == options
+    assert "max_tokens" not in sent

@@ -90,11 +90,6 @@ class RequestCounter:
                 continue
             if key == "content":
                 raw += self.content(value)
-            elif key == "images" and isinstance(value, list):  # Ollama's native API: base64 images
-                raw += sum(
-                    image_tokens({"image_url": image}, self.image_tokens) if isinstance(image, str) else 0
-                    for image in value
-                )
             elif isinstance(value, str):
                 raw += self.count_text(value)
             else:

@@ -153,9 +153,8 @@ def plan_chat(
     result = compact(messages, budget, counter.message, policy, memo)
     max_tokens = None
     requested = requested_reply(body)
-    clampable = reply_limit_field(body) in body  # the OpenAI fields only
     prompt = math.ceil(result.tokens_after * (1 + margin))  # what the prompt may really be
-    if clamp and clampable and requested and prompt + requested > window.window:
+    if clamp and requested and prompt + requested > window.window:
         max_tokens = max(1, window.window - prompt)
     return ChatPlan(
         str(body.get("model") or ""),
@@ -165,5 +164,5 @@ def plan_chat(
         counter.factor,
         max_tokens=max_tokens,
         reply=requested,
-        reply_field=reply_limit_field(body) if clampable else "options.num_predict",
+        reply_field=reply_limit_field(body),
     )

@@ -16,10 +16,8 @@ Body = dict[str, Any]
 
 
 def requested_reply(body: Body) -> int | None:
-    """The reply limit the request names, if any (Ollama's native API names it `options.num_predict`)."""
+    """The reply limit the neutral request names, if any."""
     value = body.get(reply_limit_field(body))
-    if value is None and isinstance(options := body.get("options"), dict):
-        value = options.get("num_predict")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 

@@ -1,7 +1,7 @@
 """OpenAI Chat Completions (`/v1/chat/completions`, and Azure OpenAI's deployment paths).
 
-The neutral conversation is this format's own `messages`, so reading is validating and writing is
-putting the compacted `messages` back. On Azure's paths the deployment name stands for the model
+The neutral conversation is this format's own `messages` with only the fields the planner reads, so
+reading is validating and picking, and writing is putting the compacted `messages` back. On Azure's paths the deployment name stands for the model
 in per-model settings (the body usually names none).
 """
 
@@ -10,25 +10,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from proxy.counting.calibration import reported_prompt_tokens
+from proxy.counting.tokens import PROMPT_FIELDS
 from proxy.engine.chat import Body, ChatPlan, validated_messages
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, openai_error
 from proxy.formats.base import Conversation, source_field, sse_error_event
 
+# What the planner reads besides the messages: the prompt's other parts and the reply limit.
+NEUTRAL_FIELDS = (*PROMPT_FIELDS, "max_tokens", "max_completion_tokens")
+
 
 class ChatCompletions:
     name = "chat"
-    reply_field = None  # the neutral request's own
+    reply_field: str | None = None  # the neutral request's own
 
     def __init__(self, *, model_param: str | None = None, name: str = "chat") -> None:
         self.model_param = model_param  # the path parameter that names the model (Azure's deployment)
         self.name = name
 
     def read(self, body: Body, params: Mapping[str, str]) -> Conversation:
-        validated_messages(body)
-        if self.model_param and self.model_param in params:
-            return Conversation({**body, "model": params[self.model_param]})
-        return Conversation(body)
+        """The neutral request: this format's own messages, and only the fields the planner reads
+        (the model, the prompt's other parts, the reply limit): vendor fields stay in the body."""
+        messages = validated_messages(body)
+        model = params.get(self.model_param, body.get("model")) if self.model_param else body.get("model")
+        request: Body = {"model": model or "", "messages": messages}
+        request.update({key: body[key] for key in NEUTRAL_FIELDS if key in body})
+        return Conversation(request)
 
     def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
         changed = {**body, "messages": plan.result.messages}

@@ -1,32 +1,75 @@
-"""Ollama's native chat API (`/api/chat`): the same messages as Chat Completions, a window the
-request may set itself (`options.num_ctx`), NDJSON streamed by default, tool results named by
-`tool_name`, the prompt's size reported as `prompt_eval_count`."""
+"""Ollama's native chat API (`/api/chat`), read into the neutral conversation and written back.
+
+Ollama's messages (api/types.go, `Message`, v0.12) differ from the neutral ones: `images` beside a
+string `content` (base64, no media type), `thinking` for the reasoning, assistant `tool_calls`
+whose `function.arguments` is an object and whose `id` may be missing, tool results named by
+`tool_name` (or, in newer versions, `tool_call_id`). The neutral conversation has image parts the
+counter counts, `reasoning_content`, calls with ids and JSON-string arguments, each result linked
+to the call it answers (its `tool_call_id`, else the latest unanswered call of its `tool_name`,
+else the oldest unanswered call), and the reply limit `options.num_predict` as `max_tokens`.
+The request may set its own window (`options.num_ctx`); answers stream as NDJSON by default and
+report the prompt's size as `prompt_eval_count`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 
-from proxy.engine.chat import Body
+from proxy.counting.tokens import PROMPT_FIELDS, text_of
+from proxy.engine.chat import Body, ChatPlan, validated_messages
+from proxy.engine.markers import merged_content
 from proxy.engine.refusal import Refusal
-from proxy.errors import ContextOverflowError
-from proxy.formats.base import Conversation, int_field
+from proxy.errors import ContextOverflowError, ProxyError
+from proxy.formats.base import Conversation, Part, int_field, rebuild, rewrite_items, source_field
 from proxy.formats.chat import ChatCompletions
+
+Message = dict[str, Any]
 
 
 class OllamaChat(ChatCompletions):
+    reply_field = "options.num_predict"
+
     def __init__(self) -> None:
         super().__init__(name="ollama")
 
     def read(self, body: Body, params: Mapping[str, str]) -> Conversation:
-        conversation = super().read(body, params)
+        messages = validated_messages(body)
         options = body.get("options")
-        num_ctx = int_field(options.get("num_ctx")) if isinstance(options, dict) else None
-        return Conversation(conversation.request, window=num_ctx)
+        options = options if isinstance(options, dict) else {}
+        request: Body = {"model": body.get("model") or "", "messages": _neutral_messages(messages)}
+        request.update({key: body[key] for key in PROMPT_FIELDS if key in body})
+        if (reply := int_field(options.get("num_predict"))) is not None:
+            request["max_tokens"] = reply
+        sources = [(Part(i),) for i in range(len(messages))]
+        return Conversation(request, sources, window=int_field(options.get("num_ctx")))
+
+    def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
+        changed = dict(body)
+        if plan.result.changed:
+            changed["messages"] = rewrite_items(
+                body["messages"],
+                rebuild(conversation, plan),
+                item_with=_with_note,
+                marker=_marker,
+                merge=_merge,
+            )
+        if plan.max_tokens is not None:
+            options = body.get("options")
+            changed["options"] = {
+                **(options if isinstance(options, dict) else {}),
+                "num_predict": plan.max_tokens,
+            }
+        return changed
 
     def streamed(self, body: Body) -> bool:
         return body.get("stream") is not False
+
+    def client_field(self, body: Body, conversation: Conversation, index: int) -> str:
+        return source_field(conversation, index, items="messages", outside="messages")
 
     @staticmethod
     def error_body(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
@@ -45,3 +88,93 @@ class OllamaChat(ChatCompletions):
         return ContextOverflowError(
             self.overflow_message(refusal), param=refusal.field or "messages", shape=self.error_body
         )
+
+
+def _neutral_messages(messages: Sequence[Message]) -> list[Message]:
+    """Ollama's messages in the neutral form, each result linked to the call it answers."""
+    out: list[Message] = []
+    unanswered: list[tuple[str, str | None]] = []  # (call id, tool name), oldest first
+    for i, message in enumerate(messages):
+        role = message["role"]
+        neutral: Message = {"role": role, "content": _content(message, i)}
+        if isinstance(thinking := message.get("thinking"), str) and thinking:
+            neutral["reasoning_content"] = thinking
+        if role == "assistant" and (calls := message.get("tool_calls")):
+            neutral["tool_calls"] = [_call(call, i, j) for j, call in enumerate(calls)]
+            unanswered += [(c["id"], c["function"]["name"]) for c in neutral["tool_calls"]]
+        elif role == "tool":
+            neutral["tool_call_id"] = _answered(message, unanswered, i)
+        out.append(neutral)
+    return out
+
+
+def _content(message: Message, index: int) -> Any:
+    """Text and the images beside it as content parts (the counter reads an image's size from its
+    header; Ollama's images are bare base64)."""
+    content = message.get("content")
+    text = content if isinstance(content, str) else "" if content is None else json.dumps(content)
+    images = message.get("images")
+    if not images:
+        return text
+    if not isinstance(images, list):
+        raise ProxyError(
+            400, f"messages[{index}].images must be an array.", param=f"messages[{index}].images"
+        )
+    parts: list[Message] = [{"type": "text", "text": text}] if text else []
+    for image in images:
+        url = image if isinstance(image, str) else ""
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+def _call(call: Any, index: int, position: int) -> Message:
+    if not isinstance(call, dict) or not isinstance(function := call.get("function"), dict):
+        field = f"messages[{index}].tool_calls[{position}]"
+        raise ProxyError(400, f"{field} must be an object with a function.", param=field)
+    arguments = function.get("arguments")
+    call_id = call.get("id")
+    return {
+        "id": call_id if isinstance(call_id, str) and call_id else f"ollama-call-{index}-{position}",
+        "type": "function",
+        "function": {
+            "name": str(function.get("name") or ""),
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+        },
+    }
+
+
+def _answered(message: Message, unanswered: list[tuple[str, str | None]], index: int) -> str:
+    """The id of the call a result answers: its own `tool_call_id`, else the latest unanswered call
+    of its `tool_name`, else the oldest unanswered call (removed from `unanswered`)."""
+    wanted = message.get("tool_call_id")
+    name = message.get("tool_name")
+    for k in range(len(unanswered)):
+        if isinstance(wanted, str) and unanswered[k][0] == wanted:
+            return unanswered.pop(k)[0]
+    if isinstance(wanted, str) and wanted:
+        return wanted
+    if isinstance(name, str):
+        for k in range(len(unanswered) - 1, -1, -1):
+            if unanswered[k][1] == name:
+                return unanswered.pop(k)[0]
+    if unanswered:
+        return unanswered.pop(0)[0]
+    return f"ollama-result-{index}"  # answers no call: an orphan result, kept with its neighbours
+
+
+def _with_note(item: Message, blocks: set[int], notes: Mapping[int | None, Any]) -> Message:
+    """A result noted or capped: its text is the note's; images stay only where the note keeps them."""
+    note = notes.get(None)
+    noted = {k: v for k, v in item.items() if k != "images"}
+    if not isinstance(note, list):
+        return {**noted, "content": note if isinstance(note, str) else text_of(note)}
+    images = [p["image_url"]["url"] for p in note if isinstance(p, dict) and p.get("type") == "image_url"]
+    return {**noted, "content": text_of(note), **({"images": images} if images else {})}
+
+
+def _marker(text: str, role: str) -> Message:
+    return {"role": role, "content": text}
+
+
+def _merge(item: Message, before: Sequence[str], after: Sequence[str]) -> Message:
+    return {**item, "content": merged_content(item.get("content") or "", before, after)}
