@@ -137,6 +137,12 @@ def test_the_neutral_ollama_request_links_results_counts_images_and_names_the_re
         "options": {"num_ctx": 8192, "num_predict": 300, "temperature": 0},
         "keep_alive": "5m",
     }
+    twice = [{"function": {"name": "get_order", "arguments": {"order": k}}} for k in (2, 3)]
+    body["messages"] += [
+        {"role": "assistant", "content": "", "tool_calls": twice},
+        {"role": "tool", "tool_name": "get_order", "content": "order 2"},
+        {"role": "tool", "tool_name": "get_order", "content": "order 3"},
+    ]
     conversation = OLLAMA.read(body, {})
     request = conversation.request
     assert set(request) == {"model", "messages", "max_tokens"} and request["max_tokens"] == 300
@@ -148,7 +154,12 @@ def test_the_neutral_ollama_request_links_results_counts_images_and_names_the_re
     assert neutral[6]["tool_call_id"] == calls["get_order"]["id"]
     assert neutral[3]["tool_call_id"] == neutral[2]["tool_calls"][0]["id"]
     assert neutral[4]["reasoning_content"] == "Two lookups at once."
+    second, third = neutral[7]["tool_calls"]  # parallel calls of one tool: answered in their order
+    assert (neutral[8]["tool_call_id"], neutral[9]["tool_call_id"]) == (second["id"], third["id"])
     assert not any(key in m for m in neutral for key in ("images", "tool_name", "thinking"))
+    assert all(
+        m["name"] == body["messages"][i]["tool_name"] for i, m in enumerate(neutral) if m["role"] == "tool"
+    )
     counter = RequestCounter(count_chars4)
     assert counter.message(neutral[3]) > 700  # the 2048x2048 screenshot, as OpenAI's tiles count it
 

@@ -144,7 +144,7 @@ def _results(messages: Sequence[Message], roles: tuple[str, ...]) -> dict[int, C
         if isinstance(call_id, str) and call_id in calls:
             results[i] = calls[call_id]
             continue
-        name = message.get("name") or message.get("tool_name")  # Ollama's native API: tool_name
+        name = message.get("name")
         results[i] = (i, name if isinstance(name, str) else None, None)
     return results
 

@@ -93,7 +93,7 @@ class OllamaChat(ChatCompletions):
 def _neutral_messages(messages: Sequence[Message]) -> list[Message]:
     """Ollama's messages in the neutral form, each result linked to the call it answers."""
     out: list[Message] = []
-    unanswered: list[tuple[str, str | None]] = []  # (call id, tool name), oldest first
+    unanswered: list[tuple[int, str, str]] = []  # (assistant message, call id, tool name), in order
     for i, message in enumerate(messages):
         role = message["role"]
         neutral: Message = {"role": role, "content": _content(message, i)}
@@ -101,9 +101,11 @@ def _neutral_messages(messages: Sequence[Message]) -> list[Message]:
             neutral["reasoning_content"] = thinking
         if role == "assistant" and (calls := message.get("tool_calls")):
             neutral["tool_calls"] = [_call(call, i, j) for j, call in enumerate(calls)]
-            unanswered += [(c["id"], c["function"]["name"]) for c in neutral["tool_calls"]]
+            unanswered += [(i, c["id"], c["function"]["name"]) for c in neutral["tool_calls"]]
         elif role == "tool":
             neutral["tool_call_id"] = _answered(message, unanswered, i)
+            if isinstance(name := message.get("tool_name"), str):
+                neutral["name"] = name  # what the result's note names, when it answers no call
         out.append(neutral)
     return out
 
@@ -143,22 +145,26 @@ def _call(call: Any, index: int, position: int) -> Message:
     }
 
 
-def _answered(message: Message, unanswered: list[tuple[str, str | None]], index: int) -> str:
-    """The id of the call a result answers: its own `tool_call_id`, else the latest unanswered call
-    of its `tool_name`, else the oldest unanswered call (removed from `unanswered`)."""
+def _answered(message: Message, unanswered: list[tuple[int, str, str]], index: int) -> str:
+    """The id of the call a result answers (then no longer unanswered): its own `tool_call_id`;
+    else by its `tool_name`, the first unanswered call of that name in the latest assistant message
+    that has one (parallel calls of one tool are answered in their order); else the oldest
+    unanswered call."""
     wanted = message.get("tool_call_id")
-    name = message.get("tool_name")
-    for k in range(len(unanswered)):
-        if isinstance(wanted, str) and unanswered[k][0] == wanted:
-            return unanswered.pop(k)[0]
     if isinstance(wanted, str) and wanted:
+        for k, (_, call_id, _) in enumerate(unanswered):
+            if call_id == wanted:
+                del unanswered[k]
+                break
         return wanted
-    if isinstance(name, str):
-        for k in range(len(unanswered) - 1, -1, -1):
-            if unanswered[k][1] == name:
-                return unanswered.pop(k)[0]
+    name = message.get("tool_name")
+    named = [k for k, call in enumerate(unanswered) if call[2] == name]
+    if named:
+        latest = unanswered[named[-1]][0]
+        k = next(k for k in named if unanswered[k][0] == latest)
+        return unanswered.pop(k)[1]
     if unanswered:
-        return unanswered.pop(0)[0]
+        return unanswered.pop(0)[1]
     return f"ollama-result-{index}"  # answers no call: an orphan result, kept with its neighbours
 
 
