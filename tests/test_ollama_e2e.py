@@ -19,6 +19,7 @@ import ollama
 import pytest
 from openai import OpenAI
 
+from tests.support.conversations import png
 from tests.support.upstreams.chats import SYSTEM, TOOLS, parts_result
 from tests.support.upstreams.ollama import FakeOllama, prompt_size, running_fake_ollama
 from tests.support.upstreams.proxy_server import ProxyServer, running_proxy
@@ -209,3 +210,36 @@ def test_a_silent_cut_is_caught_and_learned_from(fake: FakeOllama) -> None:
     warning = next(line for line in log.splitlines() if "cut the prompt silently" in line)
     assert "WARNING" in warning and MODEL in warning
     assert f"read {fake.truncations[0].read_tokens}" in warning
+
+
+def test_ollama_client_tool_loop_with_screenshots_is_compacted_on_the_real_process(fake: FakeOllama) -> None:
+    """Ollama's own shapes through the real process: calls without ids, results named by `tool_name`,
+    screenshots as base64 `images`. The old results go, whole with their calls, so the prompt fits
+    the request's `num_ctx`; the latest screenshot reaches Ollama as it was sent."""
+    messages: list[Message] = opening()
+    for step in range(10):
+        call = {"function": {"name": "screenshot", "arguments": {"step": step}}}
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        messages.append(
+            {
+                "role": "tool",
+                "tool_name": "screenshot",
+                "content": f"screen {step}",
+                "images": [png(1024, 768)],
+            }
+        )
+    with running_proxy(f"{fake.base_url}/v1", None) as proxy:
+        client = ollama.Client(host=proxy.base_url)
+        answer = client.chat(model=MODEL, messages=messages, options={"num_ctx": 4096, "temperature": 0})
+    assert answer.message.role == "assistant"
+    route, sent = fake.requests[-1]
+    assert route == "/api/chat" and sent["options"] == {"num_ctx": 4096, "temperature": 0}
+    assert prompt_size(messages, None) > 4096, "sent as it was, the prompt would not fit"
+    assert prompt_size(sent["messages"], None) <= 4096
+    results = [m for m in sent["messages"] if m["role"] == "tool"]
+    assert 0 < len(results) < 10
+    assert results[-1]["images"] == messages[-1]["images"] and results[-1]["content"] == "screen 9"
+    for i, message in enumerate(sent["messages"]):  # every result still follows the call it answers
+        if message["role"] == "tool" and "images" in message:
+            (call,) = sent["messages"][i - 1]["tool_calls"]
+            assert f"screen {call['function']['arguments']['step']}" == message["content"]

@@ -3,10 +3,7 @@ request's own `options.num_ctx`, its NDJSON stream passed through as it comes.""
 
 from __future__ import annotations
 
-import base64
 import json
-import struct
-import zlib
 from typing import Any
 
 import httpx
@@ -14,7 +11,7 @@ import httpx
 from proxy.counting.tokens import RequestCounter, count_chars4
 from proxy.engine.notes import NOTE_PREFIX
 from proxy.formats import OLLAMA
-from tests.support.conversations import SYSTEM, order_result
+from tests.support.conversations import SYSTEM, order_result, png
 from tests.support.fakes import ClosingStream, RecordingUpstream, proxy_client
 
 NDJSON = [
@@ -89,14 +86,6 @@ async def test_native_chat_not_streamed_is_read_whole() -> None:
 
 
 # --- the neutral conversation: Ollama's own fields do not leak into counting and planning ------------
-
-
-def png(width: int, height: int) -> str:
-    """A PNG's signature and header, base64 as Ollama's `images` carry it (the counter reads the size
-    from the header)."""
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
-    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
-    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk + b"\x00" * 64).decode()
 
 
 def screenshot_chat(steps: int) -> list[dict[str, Any]]:

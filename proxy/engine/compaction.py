@@ -44,7 +44,7 @@ from typing import Protocol
 
 from proxy.engine.cuts import Cuts
 from proxy.engine.index import LEADING_ROLES, ConversationIndex, CountMessage, Message
-from proxy.engine.markers import Marker, merged_content, rebuild
+from proxy.engine.markers import Marker, assemble, merged_content
 from proxy.engine.replay import Replay
 
 
@@ -179,7 +179,7 @@ def compact(
 
 def _result(replay: Replay, count: CountMessage, before: int) -> CompactionResult:
     index, budget, dropped, cuts = replay.index, replay.budget, replay.dropped, replay.cuts
-    out, extra, markers = rebuild(index, dropped, cuts.notes, cuts.caps, replay.costs, count)
+    out, extra, markers = assemble(index, dropped, cuts.notes, cuts.caps, replay.costs, count)
     after = replay.acc + extra
     protected_from = index.protected_start(len(index.messages))
     window = budget.window

@@ -81,7 +81,7 @@ def placements(index: ConversationIndex, dropped: Sequence[bool]) -> list[Marker
     return placed
 
 
-def rebuild(
+def assemble(
     index: ConversationIndex,
     dropped: Sequence[bool],
     notes: Mapping[int, str],

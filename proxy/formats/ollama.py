@@ -24,7 +24,7 @@ from proxy.engine.chat import Body, ChatPlan, validated_messages
 from proxy.engine.markers import merged_content
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError
-from proxy.formats.base import Conversation, Part, int_field, rebuild, rewrite_items, source_field
+from proxy.formats.base import Conversation, Part, int_field, rebuild, rewrite_items
 from proxy.formats.chat import ChatCompletions
 
 Message = dict[str, Any]
@@ -67,9 +67,6 @@ class OllamaChat(ChatCompletions):
 
     def streamed(self, body: Body) -> bool:
         return body.get("stream") is not False
-
-    def client_field(self, body: Body, conversation: Conversation, index: int) -> str:
-        return source_field(conversation, index, items="messages", outside="messages")
 
     @staticmethod
     def error_body(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:

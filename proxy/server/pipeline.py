@@ -65,7 +65,7 @@ class Pipeline:
         self.upstream_headers, self.credentials = parts.headers.for_request, parts.headers.credentials
         self.summary_headers = parts.headers.for_summary
         settings = parts.settings
-        self._upstream_kind = {
+        self._upstream_server = {
             "upstream_host": (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower(),
             "upstream_kind": settings.upstream_kind,
         }
@@ -101,7 +101,7 @@ class Pipeline:
     ) -> tuple[dict[str, Any], bytes, Conversation | None]:
         """The body (with the context edits the proxy applies itself), its bytes and its neutral
         conversation; no conversation when the server keeps or compacts this history itself."""
-        if wire.server_manages_context(body, **self._upstream_kind):
+        if wire.server_manages_context(body, **self._upstream_server):
             return body, raw, None
         if (edited := wire.context_edits(body)) is not body:
             body, raw = edited, dump_json(edited)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import random
+import struct
+import zlib
 from typing import Any
 
 Message = dict[str, Any]
@@ -68,3 +71,11 @@ def agent_chat(turns: int, *, seed: int = 0, result_items: int = 30, parallel: i
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
         messages.append({"role": "assistant", "content": f"Here is what I found for request {turn}."})
     return messages
+
+
+def png(width: int, height: int) -> str:
+    """A PNG's signature and header, base64 as Ollama's `images` carry it (the counter reads the size
+    from the header)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk + b"\x00" * 64).decode()
