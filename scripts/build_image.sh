@@ -12,7 +12,8 @@
 # Usage: scripts/build_image.sh                   (as root: debootstrap and rootful podman)
 #   IMAGE=name:tag     the image to build (default localhost/compacting-proxy:latest)
 #   BASE_IMAGE=...     the base to build on (default localhost/pybase:3.11; made here if missing)
-#   DEBIAN_MIRROR=...  for debootstrap (default http://deb.debian.org/debian)
+#   DEBIAN_MIRROR=...  for debootstrap (default: the Debian archive apt already uses on this machine,
+#                      read from its sources lists, as a user's own mirror would be)
 # Run it the way the script builds it (scripts/containers.conf: runc, no default ulimits):
 #   CONTAINERS_CONF=scripts/containers.conf podman run --rm --network host \
 #     -e COMPACT_UPSTREAM_URL=http://127.0.0.1:11434/v1 localhost/compacting-proxy:latest
@@ -25,7 +26,20 @@ fi
 
 IMAGE=${IMAGE:-localhost/compacting-proxy:latest}
 BASE_IMAGE=${BASE_IMAGE:-localhost/pybase:3.11}
-DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The archive apt uses here: the first `deb` source (one-line or deb822) for the main archive, not
+# its -security or -updates companions.
+apt_mirror() {
+    {
+        grep -hsE '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+            | sed -E 's/^[[:space:]]*deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+).*/\2/'
+        grep -hsiE '^URIs:' /etc/apt/sources.list.d/*.sources | sed -E 's/^URIs:[[:space:]]*//I' | tr ' ' '\n'
+    } | grep -E '^(https?|file)://' | grep -vE -- '-security/?$|/debian-security' | head -n1
+}
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-$(apt_mirror || true)}
+if [ -z "$DEBIAN_MIRROR" ]; then
+    echo "build_image: no Debian archive in apt's sources lists; set DEBIAN_MIRROR=<archive URL>" >&2
+    exit 2
+fi
 CA_BUNDLE=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/scripts/containers.conf}
 say() { echo "build_image: $*" >&2; }
