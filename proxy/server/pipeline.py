@@ -29,6 +29,7 @@ from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
 from proxy.formats import Conversation, Route, WireFormat
+from proxy.formats.reports import ReportsContextEdits
 from proxy.server.exchange import Exchange
 from proxy.server.intake import (
     check_messages,
@@ -77,6 +78,7 @@ class Pipeline:
         raw = await self.read(request)
         body = await self.decode(raw)
         path = route.upstream or raw_path(request)
+        original = body
         body, raw, conversation = self.adapt(route.format, body, raw, request.path_params)
         if conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(request, path, raw, route))
@@ -84,7 +86,9 @@ class Pipeline:
         plan = await self.summarise(request, conversation.request, plan)
         self.check_overflow(route.format, body, conversation, plan)
         self.log_plan(raw, plan)
-        exchange = Exchange(route, path, raw, body, conversation, bridge)
+        wire = route.format  # what the answer reports of the edits the proxy applied in the server's place
+        report = wire.context_report(original, body) if isinstance(wire, ReportsContextEdits) else None
+        exchange = Exchange(route, path, raw, body, conversation, bridge, report)
         return await until_disconnect(request, self.send_compacted(request, exchange, plan))
 
     async def read(self, request: Request) -> bytes:
@@ -262,11 +266,14 @@ class Pipeline:
                 on_complete=lambda tail: planner.learn(plan, reported(tail)),
                 metrics=metrics,
                 stream_error=exchange.route.format.stream_error_event,
+                rewrite=exchange.report.into_stream if exchange.report else None,
             )
         body = await read_raw(response)
         readable = response.is_success and "content-encoding" not in response.headers
         if readable and planner.read_report(plan, reported(body[-TAIL_BYTES:])):
             extra = {**extra, TRUNCATED_HEADER: "true"}
+        if readable and exchange.report:
+            body = exchange.report.into_body(body)
         return buffered_response(response, body, extra)
 
     async def forward(self, request: Request, path: str, content: bytes, route: Route) -> Response:
