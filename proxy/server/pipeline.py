@@ -41,6 +41,7 @@ from proxy.server.intake import (
 )
 from proxy.server.logs import request_id
 from proxy.server.parts import Parts
+from proxy.server.remote_compaction import RemoteCompaction
 from proxy.upstream.streaming import (
     TAIL_BYTES,
     StreamedResponse,
@@ -66,6 +67,7 @@ class Pipeline:
         self.upstream_headers, self.credentials = parts.headers.for_request, parts.headers.credentials
         self.summary_headers = parts.headers.for_summary
         settings = parts.settings
+        self.remote_compaction = RemoteCompaction.from_settings(settings)
         self._upstream_server = {
             "upstream_host": (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower(),
             "upstream_kind": settings.upstream_kind,
@@ -77,6 +79,11 @@ class Pipeline:
         """Read the request into the neutral conversation, compact it, forward it, relay the answer."""
         raw = await self.read(request)
         body = await self.decode(raw)
+        if self.remote_compaction.applies(route):  # Codex's remote compaction, in the server's place
+            if (expanded := self.remote_compaction.expand(body)) is not body:
+                body, raw = expanded, dump_json(expanded)
+            if self.remote_compaction.is_trigger(body):
+                return await self.remote_compaction.answer(self, request, route, body)
         path = route.upstream or raw_path(request)
         original = body
         body, raw, conversation = self.adapt(route.format, body, raw, request.path_params)
