@@ -83,3 +83,24 @@ def test_at_16k_claude_code_gets_the_overflow_it_knows_from_the_proxy() -> None:
     assert not direct.finished and not proxied.finished
     reasons = [claude_result(r.output).get("terminal_reason") for r in (direct, proxied)]
     assert reasons == ["prompt_too_long", "prompt_too_long"], (reasons, explain(proxied))
+
+
+CODEX_COMPACT_LIMIT = 12_000  # Codex's fixed prompt (instructions, tools) is about 8.7k of it
+
+
+def test_codex_with_its_builtin_provider_has_its_remote_compaction_answered_by_the_proxy() -> None:
+    """Codex's built-in `openai` provider compacts remotely at its limit (`compaction_trigger`):
+    straight at a local server that fails on the first trigger; through the proxy, which answers it
+    with its own compaction, the task finishes (issue 26, part 2)."""
+    direct = run("codex", 32_000, proxied=False, steps=STEPS, codex_compact_limit=CODEX_COMPACT_LIMIT)
+    assert not direct.finished and direct.exit_code != 0, explain(direct)
+    assert "expected exactly one compaction output item" in direct.output, explain(direct)
+    r = run("codex", 32_000, proxied=True, steps=STEPS, codex_compact_limit=CODEX_COMPACT_LIMIT)
+    answered = [
+        s for s in r.recorded["sent"].values() if s["headers"].get("x-compaction-remote") == "answered"
+    ]
+    assert len(answered) >= 3, explain(r)
+    assert r.over == 0 and r.orphans == 0 and r.client_errors == 0, explain(r)
+    assert r.finished and r.system_intact and r.task_intact, explain(r)
+    steps = [x["step"] for x in r.recorded["received"] if x["kind"] == "tools"]
+    assert steps == sorted(steps) and sorted(set(steps)) == list(range(1, STEPS + 1)), "no step lost"
