@@ -52,7 +52,14 @@ def ensure_aider() -> Path:
         shutil.rmtree(venv_dir(), ignore_errors=True)  # an interrupted install
         python = os.environ.get("AIDER_PYTHON", sys.executable)
         subprocess.run([python, "-m", "venv", str(venv_dir())], check=True)
-        pip = [str(venv_dir() / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        pip = [
+            str(venv_dir() / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ]
         subprocess.run([*pip, f"aider-chat=={AIDER_VERSION}"], check=True)
         (venv_dir() / ".complete").write_text(AIDER_VERSION)
     return binary_path()
