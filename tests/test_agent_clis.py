@@ -104,3 +104,13 @@ def test_codex_with_its_builtin_provider_has_its_remote_compaction_answered_by_t
     assert r.finished and r.system_intact and r.task_intact, explain(r)
     steps = [x["step"] for x in r.recorded["received"] if x["kind"] == "tools"]
     assert steps == sorted(steps) and sorted(set(steps)) == list(range(1, STEPS + 1)), "no step lost"
+
+
+def test_claude_code_with_thinking_on_through_the_proxy_in_front_of_a_strict_server() -> None:
+    """A server that refuses fields it does not know, as Anthropic's API does without the beta (on
+    Vertex AI, Bedrock): through the proxy, which applies `context_management` itself and does not
+    forward it, no request is refused and every answer reports the applied edits (issue 26, part 3).
+    (Straight at such a server, Claude Code 2.1.332 was seen to send the request again without the
+    field after the 400 "context_management: Extra inputs are not permitted".)"""
+    r = run("claude", 32_000, proxied=True, steps=STEPS, thinking=True, strict=True)
+    assert_compacted_run(r)  # client_errors == 0: no 400 from the server on the way

@@ -129,12 +129,18 @@ def claude_result(output: str) -> dict[str, Any]:
 
 
 @contextmanager
-def model_server(window: int, steps: int, tree: Path, port: int, tap_to: str | None) -> Iterator[str]:
+def model_server(
+    window: int, steps: int, tree: Path, port: int, tap_to: str | None, strict: bool = False
+) -> Iterator[str]:
     log_path = tree.parent / f"agent-model-{port}.log"
     cmd = [
         sys.executable,
         "-m",
-        "tests.support.upstreams.agent_model",
+        *(
+            ("tests.support.upstreams.strict", "--agent")
+            if strict
+            else ("tests.support.upstreams.agent_model",)
+        ),
         "--port",
         str(port),
         "--window",
@@ -275,8 +281,10 @@ def run(
     proxy_settings: dict[str, str] | None = None,
     own_compaction: bool = False,
     codex_compact_limit: int | None = None,
+    strict: bool = False,
 ) -> Run:
-    """One CLI session to its end (or to `timeout`), and what the server saw."""
+    """One CLI session to its end (or to `timeout`), and what the server saw. `strict`: the server
+    refuses fields it does not know (`tests.support.upstreams.strict`)."""
     with tempfile.TemporaryDirectory(prefix=f"agent-{client}-") as tmp:
         tree = lay_out_tree(Path(tmp))
         home = Path(tmp) / "home"
@@ -287,7 +295,7 @@ def run(
             contextlib_proxy(
                 proxied, f"http://127.0.0.1:{port}/v1", window, proxy_settings or {}
             ) as proxy_url,
-            model_server(window, steps, tree, port, proxy_url) as base,
+            model_server(window, steps, tree, port, proxy_url, strict) as base,
         ):
             cmd, env = client_command(
                 client,

@@ -10,13 +10,16 @@ are anthropic-sdk-python 2.17's non-beta ``MessageCreateParams`` (which has no `
 plus the sampling ones; for ``/v1/responses``, openai-python 3.60's ``ResponseCreateParams`` without
 ``context_management`` (a server that predates it), answered in OpenAI's error shape.
 
-Run it as a process: ``python -m tests.support.upstreams.strict --port N --window W``.
+Run it as a process: ``python -m tests.support.upstreams.strict --port N --window W``; with ``--agent
+--steps S --tree DIR [--tap-to URL]``, the scripted agent model server
+(``tests.support.upstreams.agent_model``) made strict the same way, for the real CLIs.
 """
 
 from __future__ import annotations
 
 import argparse
 import typing
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -28,6 +31,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tests.support.upstreams import agent_model
 from tests.support.upstreams.formats import create_app, json_response
 
 MESSAGE_FIELDS = (
@@ -61,7 +65,8 @@ class Strict(BaseHTTPMiddleware):
         try:
             model.model_validate(orjson.loads(raw))
         except ValidationError as error:
-            request.app.state.recorder.record(request, raw)
+            if record := getattr(request.app.state.recorder, "record", None):
+                record(request, raw)
             first = error.errors()[0]
             message = f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
             if request.url.path == "/v1/messages":
@@ -77,8 +82,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--window", type=int, default=4000)
+    parser.add_argument("--agent", action="store_true", help="the agent model server, made strict")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--tree", type=Path)
+    parser.add_argument("--tap-to", default=None)
     args = parser.parse_args()
-    app = create_app(args.window)
+    if args.agent:
+        app = agent_model.create_app(args.window, args.steps, args.tree.resolve(), args.tap_to)
+    else:
+        app = create_app(args.window)
     app.add_middleware(Strict)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
