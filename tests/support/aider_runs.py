@@ -107,10 +107,11 @@ def run_aider(window: int, *, proxied: bool, history_tokens: int = 45_000, timeo
         (work / FILE).write_text(SOURCE)
         history = history_markdown(history_tokens)
         (work / ".aider.chat.history.md").write_text(history)
+        claimed = max(CLAIMED_WINDOW, 4 * history_tokens)  # a card's window past the history's size
         metadata = {
             MODEL: {
-                "max_input_tokens": CLAIMED_WINDOW,
-                "max_tokens": CLAIMED_WINDOW,
+                "max_input_tokens": claimed,
+                "max_tokens": claimed,
                 "max_output_tokens": 8192,
                 "input_cost_per_token": 0,
                 "output_cost_per_token": 0,
@@ -124,7 +125,7 @@ def run_aider(window: int, *, proxied: bool, history_tokens: int = 45_000, timeo
                 str(binary_path()),
                 *("--model", MODEL, "--openai-api-base", f"{base}/v1", "--openai-api-key", "sk-test"),
                 *("--model-metadata-file", "model-metadata.json", "--edit-format", "whole"),
-                *("--max-chat-history-tokens", str(CLAIMED_WINDOW // 2)),
+                *("--max-chat-history-tokens", str(claimed // 2)),
                 *("--yes-always", "--no-git", "--no-auto-lint", "--no-check-update", "--analytics-disable"),
                 *("--no-show-release-notes", "--no-pretty", "--no-fancy-input", "--map-tokens", "0"),
                 *("--restore-chat-history", "--chat-history-file", ".aider.chat.history.md"),
