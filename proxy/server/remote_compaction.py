@@ -81,6 +81,7 @@ class RemoteCompaction:
             if plan.result.changed:
                 items = wire.write(history, conversation, plan)["input"]
             before, after = plan.result.tokens_before, plan.result.tokens_after
+            pipeline.metrics.record_compaction(plan.result)
             log.info(
                 "Answered a remote compaction (compaction_trigger) in the server's place. %s", plan.summary()
             )
