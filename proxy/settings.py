@@ -102,6 +102,8 @@ class Settings(BaseSettings):
     models: dict[str, ModelOverride] = Field(default_factory=dict)
     model_windows: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
     overflow: Literal["forward", "reject"] = "forward"
+    remote_compaction: Literal["auto", "proxy", "upstream"] = "auto"
+    compaction_key: SecretStr | None = None
 
     protected_tools: Annotated[tuple[str, ...], NoDecode] = ()
     preview_chars: int = Field(default=150, ge=0)

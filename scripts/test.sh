@@ -30,6 +30,9 @@ if [ "${FAST:-0}" != "1" ]; then
         $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server wrk docker-compose ripgrep >/dev/null
     fi
     .venv/bin/python scripts/llama_server.py build
+    # aider (PyPI aider-chat) for the cli tier, in a venv of its own under the same cache: its pins
+    # would disturb the project's.
+    .venv/bin/python scripts/aider_venv.py install >/dev/null
     # Up front, outside the tests' timeouts: podman & co. from Debian, the base image (first run only)
     # and the layers tests/test_image.py then builds on.
     ./scripts/build_image.sh >/dev/null

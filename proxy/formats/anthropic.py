@@ -13,7 +13,8 @@ into an assistant message is a text block after its thinking blocks; no block is
 A request that asks for the server's own context management (`context_management`) is left alone
 only where the server implements it (`AnthropicMessages.server_manages_context`); elsewhere the edits a
 proxy can apply faithfully are applied first (`proxy.formats.anthropic_context_edits`), the field is
-kept as it came, and the request is compacted like any other.
+not forwarded (strict servers refuse it), the answer reports what was applied as Anthropic's API does
+(`proxy.formats.anthropic_edit_report`), and the request is compacted like any other.
 Shapes follow anthropic-sdk-python's `MessageCreateParams` and llama.cpp's
 `server_chat_convert_anthropic_to_oai`.
 """
@@ -30,6 +31,7 @@ from proxy.engine.chat import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError, anthropic_error
 from proxy.formats.anthropic_context_edits import apply_context_edits
+from proxy.formats.anthropic_edit_report import AppliedEdits, applied_edits
 from proxy.formats.base import (
     Conversation,
     Message,
@@ -119,10 +121,17 @@ class AnthropicMessages:
 
     def context_edits(self, body: Body) -> Body:
         """The `clear_thinking` and `clear_tool_uses` edits `context_management` asks for, applied
-        by the proxy for a server that does not."""
-        if body.get("context_management") is None:
+        by the proxy for a server that does not, and the field itself taken out: it is done."""
+        if "context_management" not in body:
             return body
-        return apply_context_edits(body, _prompt_estimate)
+        edited = apply_context_edits(body, _prompt_estimate)
+        return {k: v for k, v in edited.items() if k != "context_management"}
+
+    def context_report(self, original: Body, edited: Body) -> AppliedEdits | None:
+        """`context_management.applied_edits` for the answer, once the proxy applied the edits."""
+        if original.get("context_management") is None or "context_management" in edited:
+            return None
+        return applied_edits(original, edited)
 
     def stream_error_event(self, message: str) -> bytes:
         """Anthropic's `error` event, on which its SDK raises."""

@@ -10,7 +10,8 @@ others, screenshots or shell output objects, have no plain text to shorten).
 Left alone: a request that continues a stored response (`previous_response_id`: the history is on
 the server). A request that asks the server to compact (`context_management`, or a `compaction`
 item) is left alone only where the server does that (`Responses.server_manages_context`);
-elsewhere it is compacted like any other, the field kept and a `compaction` item counted whole.
+elsewhere it is compacted like any other, the field taken out (the proxy does it) and a `compaction`
+item counted whole.
 Shapes follow the openai-python 3.x `ResponseCreateParams` types and llama.cpp's
 `server_chat_convert_responses_to_chatcmpl` (which accepts an assistant item only with
 `"type": "message"` and `output_text` parts, hence the markers' shape, and merges consecutive
@@ -129,7 +130,12 @@ class Responses:
         return asks and upstream_host == "api.openai.com"
 
     def context_edits(self, body: Body) -> Body:
-        return body
+        """`context_management` taken out: the proxy compacts in the server's place (a strict server
+        refuses the field). The answer reports nothing: OpenAI's `Response` has no field for it (its
+        server's compaction shows as a `compaction` output item, which would replace the history)."""
+        if "context_management" not in body:
+            return body
+        return {k: v for k, v in body.items() if k != "context_management"}
 
     def stream_error_event(self, message: str) -> bytes:
         """An `error` event, whose `error` object also makes the openai SDK raise."""

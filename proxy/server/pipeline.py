@@ -29,6 +29,7 @@ from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
 from proxy.formats import Conversation, Route, WireFormat
+from proxy.formats.reports import ReportsContextEdits
 from proxy.server.exchange import Exchange
 from proxy.server.intake import (
     check_messages,
@@ -40,6 +41,7 @@ from proxy.server.intake import (
 )
 from proxy.server.logs import request_id
 from proxy.server.parts import Parts
+from proxy.server.remote_compaction import RemoteCompaction
 from proxy.upstream.streaming import (
     TAIL_BYTES,
     StreamedResponse,
@@ -65,6 +67,7 @@ class Pipeline:
         self.upstream_headers, self.credentials = parts.headers.for_request, parts.headers.credentials
         self.summary_headers = parts.headers.for_summary
         settings = parts.settings
+        self.remote_compaction = RemoteCompaction.from_settings(settings)
         self._upstream_server = {
             "upstream_host": (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower(),
             "upstream_kind": settings.upstream_kind,
@@ -76,7 +79,13 @@ class Pipeline:
         """Read the request into the neutral conversation, compact it, forward it, relay the answer."""
         raw = await self.read(request)
         body = await self.decode(raw)
+        if self.remote_compaction.applies(route):  # Codex's remote compaction, in the server's place
+            if (expanded := self.remote_compaction.expand(body)) is not body:
+                body, raw = expanded, dump_json(expanded)
+            if self.remote_compaction.is_trigger(body):
+                return await self.remote_compaction.answer(self, request, route, body)
         path = route.upstream or raw_path(request)
+        original = body
         body, raw, conversation = self.adapt(route.format, body, raw, request.path_params)
         if conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(request, path, raw, route))
@@ -84,7 +93,9 @@ class Pipeline:
         plan = await self.summarise(request, conversation.request, plan)
         self.check_overflow(route.format, body, conversation, plan)
         self.log_plan(raw, plan)
-        exchange = Exchange(route, path, raw, body, conversation, bridge)
+        wire = route.format  # what the answer reports of the edits the proxy applied in the server's place
+        report = wire.context_report(original, body) if isinstance(wire, ReportsContextEdits) else None
+        exchange = Exchange(route, path, raw, body, conversation, bridge, report)
         return await until_disconnect(request, self.send_compacted(request, exchange, plan))
 
     async def read(self, request: Request) -> bytes:
@@ -262,11 +273,14 @@ class Pipeline:
                 on_complete=lambda tail: planner.learn(plan, reported(tail)),
                 metrics=metrics,
                 stream_error=exchange.route.format.stream_error_event,
+                rewrite=exchange.report.into_stream if exchange.report else None,
             )
         body = await read_raw(response)
         readable = response.is_success and "content-encoding" not in response.headers
         if readable and planner.read_report(plan, reported(body[-TAIL_BYTES:])):
             extra = {**extra, TRUNCATED_HEADER: "true"}
+        if readable and exchange.report:
+            body = exchange.report.into_body(body)
         return buffered_response(response, body, extra)
 
     async def forward(self, request: Request, path: str, content: bytes, route: Route) -> Response:

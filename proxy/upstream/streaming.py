@@ -89,7 +89,8 @@ class StreamedResponse(StreamingResponse):
     """The upstream's body passed on chunk by chunk as it arrives. The upstream response is closed
     when the client has it all, disconnects, or the upstream fails. `on_complete` gets the last
     bytes of a stream that ended normally (where the usage report is); `stream_error` words the
-    event that ends an SSE stream the upstream broke off (the route's format's own)."""
+    event that ends an SSE stream the upstream broke off (the route's format's own); `rewrite`, if
+    given, rewrites a successful plain SSE stream on its way (a report added to an event)."""
 
     def __init__(
         self,
@@ -99,11 +100,15 @@ class StreamedResponse(StreamingResponse):
         stream_error: Callable[[str], bytes],
         on_complete: Callable[[bytes], None] | None = None,
         metrics: Metrics | None = None,
+        rewrite: Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]] | None = None,
     ) -> None:
         super().__init__(self._relay(response), status_code=response.status_code)
         # The body goes on exactly as it came, so the upstream's length stays true (also for HEAD,
         # which has no body). uvicorn would wait for the body a 204 or 304 never has.
-        length = response.headers.get("content-length")
+        # A rewritten stream (plain SSE only: its events can be read) loses the upstream's length.
+        sse = is_event_stream(response) and "content-encoding" not in response.headers
+        self.rewrite = rewrite if rewrite and response.is_success and sse else None
+        length = None if self.rewrite else response.headers.get("content-length")
         keep_length = length is not None and response.status_code not in (204, 304)
         dropped = HOP_BY_HOP - {b"content-length"} if keep_length else HOP_BY_HOP
         self.raw_headers = response_headers(response, extra, dropped=dropped)
@@ -128,8 +133,11 @@ class StreamedResponse(StreamingResponse):
     async def _relay(self, response: httpx.Response) -> AsyncIterator[bytes]:
         tail = b""
         at_line_start = True
+        chunks = raw_chunks(response)
+        if self.rewrite:
+            chunks = self.rewrite(chunks)
         try:
-            async for chunk in raw_chunks(response):
+            async for chunk in chunks:
                 if self.on_complete:
                     tail = (tail + chunk)[-TAIL_BYTES:]
                 if chunk:

@@ -10,6 +10,9 @@ non-essential call off, pointed at the server by the variables or config file a 
   ``DISABLE_ERROR_REPORTING``); ``claude -p TASK --output-format json --allowedTools Read,Bash,Grep,Glob``
   (``--dangerously-skip-permissions`` is refused as root). Thinking is on by default for the model;
   ``MAX_THINKING_TOKENS=0`` turns it off.
+- Codex with its built-in ``openai`` provider (``codex_compact_limit``): ``openai_base_url =
+  "http://proxy/v1"``, a model of its catalogue and ``model_auto_compact_token_limit``, ``OPENAI_API_KEY``:
+  it compacts remotely (a ``compaction_trigger`` item), which the proxy answers.
 - Codex: ``$CODEX_HOME/config.toml`` with ``model_provider`` naming a ``[model_providers.x]`` table:
   ``base_url = "http://proxy/v1"``, ``wire_api = "responses"``, ``env_key``; ``check_for_update_on_startup
   = false``, ``[analytics] enabled = false``; ``codex exec --skip-git-repo-check
@@ -54,6 +57,8 @@ TASK = (
 )
 CLIENTS = ("claude", "codex", "opencode")
 MODEL = {"claude": "claude-sonnet-4-5", "codex": "agent-model", "opencode": "agent-model"}
+CODEX_KNOWN_MODEL = "gpt-5.1-codex"  # in Codex's own catalogue: its built-in provider compacts remotely
+CODEX_EXEC = ("exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox")
 
 
 def installed(client: str) -> bool:
@@ -124,12 +129,18 @@ def claude_result(output: str) -> dict[str, Any]:
 
 
 @contextmanager
-def model_server(window: int, steps: int, tree: Path, port: int, tap_to: str | None) -> Iterator[str]:
+def model_server(
+    window: int, steps: int, tree: Path, port: int, tap_to: str | None, strict: bool = False
+) -> Iterator[str]:
     log_path = tree.parent / f"agent-model-{port}.log"
     cmd = [
         sys.executable,
         "-m",
-        "tests.support.upstreams.agent_model",
+        *(
+            ("tests.support.upstreams.strict", "--agent")
+            if strict
+            else ("tests.support.upstreams.agent_model",)
+        ),
         "--port",
         str(port),
         "--window",
@@ -156,9 +167,17 @@ def model_server(window: int, steps: int, tree: Path, port: int, tap_to: str | N
 
 
 def client_command(
-    client: str, base: str, window: int, home: Path, thinking: bool, own_compaction: bool = False
+    client: str,
+    base: str,
+    window: int,
+    home: Path,
+    thinking: bool,
+    own_compaction: bool = False,
+    codex_compact_limit: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment that point `client` at `base` (the server or the proxy)."""
+    """The command line and environment that point `client` at `base` (the server or the proxy).
+    `codex_compact_limit`: Codex with its built-in `openai` provider instead (a model it knows,
+    `openai_base_url`), compacting remotely at that many tokens."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
@@ -194,6 +213,14 @@ def client_command(
     if client == "codex":
         codex_home = home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
+        if codex_compact_limit is not None:
+            (codex_home / "config.toml").write_text(
+                f'model = "{CODEX_KNOWN_MODEL}"\nopenai_base_url = "{base}/v1"\n'
+                f"model_auto_compact_token_limit = {codex_compact_limit}\n"
+                "check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n"
+            )
+            env |= {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": "sk-test"}
+            return [str(BIN / "codex"), *CODEX_EXEC, TASK], env
         (codex_home / "config.toml").write_text(
             f'model = "{MODEL[client]}"\nmodel_provider = "agentmodel"\ncheck_for_update_on_startup = false\n\n'
             f'[model_providers.agentmodel]\nname = "agent model"\nbase_url = "{base}/v1"\n'
@@ -253,8 +280,11 @@ def run(
     timeout: float = 600,
     proxy_settings: dict[str, str] | None = None,
     own_compaction: bool = False,
+    codex_compact_limit: int | None = None,
+    strict: bool = False,
 ) -> Run:
-    """One CLI session to its end (or to `timeout`), and what the server saw."""
+    """One CLI session to its end (or to `timeout`), and what the server saw. `strict`: the server
+    refuses fields it does not know (`tests.support.upstreams.strict`)."""
     with tempfile.TemporaryDirectory(prefix=f"agent-{client}-") as tmp:
         tree = lay_out_tree(Path(tmp))
         home = Path(tmp) / "home"
@@ -265,10 +295,16 @@ def run(
             contextlib_proxy(
                 proxied, f"http://127.0.0.1:{port}/v1", window, proxy_settings or {}
             ) as proxy_url,
-            model_server(window, steps, tree, port, proxy_url) as base,
+            model_server(window, steps, tree, port, proxy_url, strict) as base,
         ):
             cmd, env = client_command(
-                client, f"{base}/tap" if proxied else base, window, home, thinking, own_compaction
+                client,
+                f"{base}/tap" if proxied else base,
+                window,
+                home,
+                thinking,
+                own_compaction,
+                codex_compact_limit,
             )
             try:
                 done = subprocess.run(

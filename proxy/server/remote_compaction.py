@@ -1,0 +1,96 @@
+"""Codex's remote compaction answered by the proxy (`proxy.formats.responses_compaction` has the
+wire shapes and the seal): the step of the Responses route that comes before all others.
+
+`COMPACT_REMOTE_COMPACTION`: `auto` (the default) answers it for every upstream but OpenAI's own API
+(`api.openai.com`, which makes such items itself), `proxy` always, `upstream` never. The key that
+seals the items is `COMPACT_COMPACTION_KEY`; without it each process draws a random one, so an item
+is expanded only by the process that made it: after a restart, or behind several workers or replicas
+that do not share the key, the next request carrying an older item is refused (400) and Codex must
+start a new session. Set the key wherever that matters.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import urllib.parse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.formats import Route
+from proxy.formats.responses_compaction import (
+    compaction_answer,
+    expand,
+    history_of,
+    is_trigger,
+    left_to_the_item,
+    seal,
+)
+from proxy.settings import Settings
+
+if TYPE_CHECKING:
+    from proxy.server.pipeline import Pipeline
+
+log = logging.getLogger("proxy")
+
+SHRINK = 0.75  # the trigger's history is compacted for a window this share of its size
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteCompaction:
+    active: bool
+    key: bytes
+    limit: int  # the most an item may unpack to
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RemoteCompaction:
+        host = (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower()
+        mode = settings.remote_compaction
+        active = mode == "proxy" or (mode == "auto" and host != "api.openai.com")
+        key = settings.compaction_key.get_secret_value().encode() if settings.compaction_key else None
+        return cls(active, key or secrets.token_bytes(32), settings.max_body_bytes)
+
+    def applies(self, route: Route) -> bool:
+        return self.active and route.format.name == "responses"
+
+    def expand(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request with the proxy's compaction items expanded (a forged one refused)."""
+        return expand(body, self.key, self.limit)
+
+    @staticmethod
+    def is_trigger(body: dict[str, Any]) -> bool:
+        return is_trigger(body)
+
+    async def answer(
+        self, pipeline: Pipeline, request: Request, route: Route, body: dict[str, Any]
+    ) -> Response:
+        """The `compaction` item for a trigger: the history compacted by the proxy's engine for a
+        window of `SHRINK` times its size, sealed."""
+        wire = route.format
+        history = history_of(body)
+        history, _, conversation = pipeline.adapt(wire, history, b"", dict(request.path_params))
+        items = history["input"]
+        if conversation is not None:
+            credentials = pipeline.credentials(request)
+            first = await pipeline.planner.plan(conversation.request, credentials)
+            window = max(1, int(first.result.tokens_before * SHRINK))
+            plan = await pipeline.planner.plan(conversation.request, credentials, window_tokens=window)
+            if plan.result.changed:
+                items = wire.write(history, conversation, plan)["input"]
+            before, after = plan.result.tokens_before, plan.result.tokens_after
+            pipeline.metrics.record_compaction(plan.result)
+            log.info(
+                "Answered a remote compaction (compaction_trigger) in the server's place. %s", plan.summary()
+            )
+        else:
+            before = after = 0
+        left = left_to_the_item(history["input"], items)
+        streamed = wire.streamed(body)
+        content = compaction_answer(
+            str(body.get("model") or ""), seal(left, self.key), before, after, streamed=streamed
+        )
+        media_type = "text/event-stream" if streamed else "application/json"
+        return Response(content, media_type=media_type, headers={"x-compaction-remote": "answered"})
