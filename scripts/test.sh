@@ -29,6 +29,11 @@ if [ "${FAST:-0}" != "1" ]; then
         SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
         $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server wrk docker-compose ripgrep >/dev/null
     fi
+    if ! command -v chromium >/dev/null 2>&1; then
+        echo "installing chromium (Debian) for the live page's browser tests" >&2
+        SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+    fi
     .venv/bin/python scripts/llama_server.py build
     # Up front, outside the tests' timeouts: podman & co. from Debian, the base image (first run only)
     # and the layers tests/test_image.py then builds on.

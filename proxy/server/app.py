@@ -24,6 +24,7 @@ from proxy.formats import Passthrough, Route, RouteTable
 from proxy.metrics import Metrics
 from proxy.server.dry_run import dry_run, dry_run_for
 from proxy.server.intake import raw_path
+from proxy.server.live.routes import add_routes as add_live_page
 from proxy.server.middleware import CountRequests, RequestId, RequireApiKey
 from proxy.server.parts import Parts
 from proxy.server.pipeline import Pipeline
@@ -72,6 +73,7 @@ def create_app(
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    add_live_page(app, parts.records)
     app.add_api_route("/compact", dry_run(pipeline), methods=["POST"])
     app.add_api_route(
         "/compact/{path:path}", dry_run_for(pipeline), methods=["POST"], include_in_schema=False

@@ -10,6 +10,7 @@ from proxy.bridges.ollama.bridge import OllamaBridge
 from proxy.engine.chat import ChatPlan
 from proxy.engine.jsonbody import dump_json
 from proxy.formats import Conversation, Route
+from proxy.server.live import Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,7 @@ class Exchange:
     body: dict[str, Any]
     conversation: Conversation
     bridge: OllamaBridge | None = None  # set when an OpenAI chat goes to Ollama's native API
+    record: Record | None = None  # the live page's record of it
 
     def content(self, plan: ChatPlan) -> bytes:
         """What to forward: the original bytes when nothing changed, else the original body with

@@ -1,0 +1,77 @@
+"""Which conversation a request belongs to.
+
+The agent CLIs say it themselves, in a header that stays the same for a whole session (read in their
+bundles): Claude Code sends `X-Claude-Code-Session-Id`; Codex `session_id` (its thread id,
+`codex-rs/codex-api/src/requests/headers.rs`); opencode `x-session-affinity` and `X-Session-Id` (and
+`x-opencode-session` to its own provider). Without one, a conversation is what compaction never
+changes: the model, the leading system messages and the first user request, hashed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+# In order of preference; names as ASGI gives them (lowercase).
+SESSION_HEADERS = (
+    b"x-claude-code-session-id",
+    b"session_id",
+    b"x-session-affinity",
+    b"x-session-id",
+    b"x-opencode-session",
+    b"session-id",
+    b"conversation_id",
+)
+LEADING_ROLES = frozenset({"system", "developer"})
+MAX_ID_CHARS = 128
+
+
+def session_header(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str] | None:
+    """The session header the client sent, as (name, value), the preferred one first."""
+    found: dict[bytes, bytes] = {}
+    for name, value in headers:
+        lower = name.lower()
+        if lower in SESSION_HEADERS and value.strip():
+            found.setdefault(lower, value.strip())
+    for name in SESSION_HEADERS:
+        if name in found:
+            text = found[name][:MAX_ID_CHARS].decode("latin-1")
+            return name.decode(), text if text.isprintable() else text.encode("unicode_escape").decode()
+    return None
+
+
+def conversation_key(headers: Iterable[tuple[bytes, bytes]], request: Mapping[str, Any]) -> tuple[str, str]:
+    """The conversation's key and where it came from (a header's name, or `hash`)."""
+    session = session_header(headers)
+    if session is not None:
+        name, value = session
+        return _digest(name.encode(), value.encode()), name
+    messages = request.get("messages")
+    return _digest(b"model", str(request.get("model") or "").encode(), *_opening(messages)), "hash"
+
+
+def _opening(messages: object) -> list[bytes]:
+    """The leading system messages and the first user request, as bytes."""
+    if not isinstance(messages, Sequence):
+        return []
+    out: list[bytes] = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        role = message.get("role")
+        if role in LEADING_ROLES or role == "user":
+            out.append(orjson.dumps(message.get("content"), option=orjson.OPT_SORT_KEYS, default=repr))
+        if role not in LEADING_ROLES:
+            break
+    return out
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
