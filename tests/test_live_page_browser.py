@@ -40,6 +40,7 @@ STEPS = 22
 CHAT_MODEL, CLAUDE_MODEL = "qwen3-coder:30b", "claude-sonnet-4-5"
 SESSION = "5d0c2a4e-8d1b-4f7e-9a55-0c3f1e2b7a90"
 PAGE_WAIT_MS = 5000
+SCREENSHOT_AT = 17  # a request on which the hammer notes, caps and drops
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +147,8 @@ def test_the_page_follows_an_agent_loop_live(proxy: ProxyServer, tmp_path: Path)
                     seen[fmt] = actions(report)
                     hammer.update(seen[fmt].values())
                     last[fmt] = (report, x, struck, per[fmt])
+                    if fmt == "messages" and n == SCREENSHOT_AT:
+                        take_screenshot(page, report, tmp_path / "ui.png")
                 if n in (1, 6) or n % 5 == 0:
                     expect_page(page, totals, last, n)
             expect_page(page, totals, last, n)
@@ -158,15 +161,23 @@ def test_the_page_follows_an_agent_loop_live(proxy: ProxyServer, tmp_path: Path)
                 page.locator(".convs li", has_text=model).click()
                 expect_well(page, report, x, struck, sent)
             assert page.evaluate("window.__notReloaded === true"), "the page reloaded"
-
-            shot = tmp_path / "ui.png"
-            page.locator(".convs li", has_text=CHAT_MODEL).click()
-            page.wait_for_timeout(1200)
-            page.screenshot(path=str(shot))
-            if target := os.environ.get("UI_SCREENSHOT"):
-                shutil.copyfile(shot, target)
         finally:
             browser.close()
+
+
+def take_screenshot(page: Any, report: dict[str, Any], path: Path) -> None:
+    """The page as the hammer lands (it follows the newest conversation, Claude's), for the README
+    with `UI_SCREENSHOT`."""
+    page.wait_for_function(
+        "(noted) => document.querySelectorAll('#well rect.blk[data-state=noted]').length === noted"
+        " && document.querySelector('#well').dataset.key === document.querySelector('.convs li.sel').dataset.key",
+        arg=len(report["truncated"]),
+        timeout=PAGE_WAIT_MS,
+    )
+    page.wait_for_timeout(750)  # the blocks have settled; the hammer has not gone yet
+    page.screenshot(path=str(path))
+    if target := os.environ.get("UI_SCREENSHOT"):  # relative to the repository's root
+        shutil.copyfile(path, Path(__file__).resolve().parent.parent / target)
 
 
 def expect_page(page: Any, totals: Sent, last: dict[str, Any], n: int) -> None:

@@ -9,6 +9,7 @@ page is watching, in a task after the request, so a proxy nobody watches pays fo
 
 from __future__ import annotations
 
-from proxy.server.live.records import Record, Records
+from proxy.server.live.entries import Record
+from proxy.server.live.records import Records
 
 __all__ = ["Record", "Records"]

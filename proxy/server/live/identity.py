@@ -63,10 +63,17 @@ def _opening(messages: object) -> list[bytes]:
             continue
         role = message.get("role")
         if role in LEADING_ROLES or role == "user":
-            out.append(orjson.dumps(message.get("content"), option=orjson.OPT_SORT_KEYS, default=repr))
+            out.append(_content_bytes(message.get("content")))
         if role not in LEADING_ROLES:
             break
     return out
+
+
+def _content_bytes(content: object) -> bytes:
+    try:
+        return orjson.dumps(content, option=orjson.OPT_SORT_KEYS, default=repr)
+    except TypeError:  # nested too deep to write (the request is refused elsewhere): its kind stands
+        return type(content).__name__.encode()
 
 
 def _digest(*parts: bytes) -> str:

@@ -1,6 +1,7 @@
 """The page's routes: `GET /ui` (the page), `/ui/static/*` (its files, shipped in the package),
 `GET /ui/events` (server-sent events: a `hello` with the store's snapshot, then `record` and `well`
-events as requests go by) and `GET /ui/conversations/{key}` (one conversation's records and well).
+events as requests go by), `GET /ui/conversations` (that snapshot, as JSON) and
+`GET /ui/conversations/{key}` (one conversation's records and well).
 
 With `COMPACT_API_KEYS` set, the page and its files are open (they hold no data) and the data routes
 need a key as every other route does (`RequireApiKey`): the page asks for it once, keeps it in
@@ -57,6 +58,9 @@ def add_routes(app: FastAPI, records: Records) -> None:
             raise ProxyError(404, f"No file /ui/static/{name}.", code="not_found")
         return _file(name)
 
+    async def snapshot(request: Request) -> Response:
+        return Response(orjson.dumps(records.snapshot()), media_type="application/json", headers=SECURITY)
+
     async def conversation(request: Request) -> Response:
         found = records.conversation(request.path_params["key"])
         if found is None:
@@ -73,6 +77,7 @@ def add_routes(app: FastAPI, records: Records) -> None:
     app.add_api_route("/ui", page, methods=["GET"], include_in_schema=False)
     app.add_api_route("/ui/static/{name}", static, methods=["GET"], include_in_schema=False)
     app.add_api_route("/ui/events", events, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/ui/conversations", snapshot, methods=["GET"], include_in_schema=False)
     app.add_api_route("/ui/conversations/{key}", conversation, methods=["GET"], include_in_schema=False)
 
 

@@ -104,9 +104,9 @@ def build_well(
         {
             "start": m.run.start,
             "count": len(m.run),
+            # Merged into a kept assistant message: what it added to that message.
             "tokens": counter.message(result.messages[m.position])
-            if m.into is None
-            else _text_tokens(counter, m.text),
+            - (0 if m.into is None else counter.message(messages[m.into])),
             "summary": not m.text.startswith(DROPPED_PREFIX),
             "new": any(before.get(i) != "dropped" for i in m.run),
         }
@@ -153,7 +153,3 @@ def _arguments(call: Any) -> str:
     function = call.get("function") if isinstance(call, dict) else None
     args = function.get("arguments") if isinstance(function, dict) else None
     return args[:40] if isinstance(args, str) else ""
-
-
-def _text_tokens(counter: RequestCounter, text: str) -> int:
-    return counter.message({"role": "assistant", "content": text})

@@ -382,6 +382,7 @@ function renderWell(animate) {
       } else if (it.struck && h >= 2) {
         el("line", { x1: W.x + 8, x2: W.x + W.w - 8, y1: y + h / 2, y2: y + h / 2, class: "strike-mark" }, labels);
       }
+      if (it.struck) miniHammer(labels, W.x + W.w - 16, y + h / 2);
       if (h >= 13 && !it.count) {
         const t = el("text", { x: W.x + 10, y: y + h / 2 + 4, class: "drop-label" }, labels);
         t.textContent = (KIND_NAMES[it.kind] || it.kind) + (it.tool ? " · " + it.tool : "") + " · " + fmt(it.tokens);
@@ -489,6 +490,13 @@ function drawHammer(svg, items, pos) {
   setTimeout(() => g.remove(), 1400);
 }
 
+function miniHammer(parent, x, y) {
+  // A small hammer on each block struck on this request (the big one swings once as it lands).
+  const g = el("g", { class: "mini-hammer", transform: `translate(${x} ${y}) rotate(-35)` }, parent);
+  el("rect", { x: -1.2, y: -2, width: 2.4, height: 9, fill: "#d4a373" }, g);
+  el("rect", { x: -5, y: -5, width: 10, height: 4, rx: 1, fill: "#f8fafc", stroke: "#0b1120", "stroke-width": 0.6 }, g);
+}
+
 function renderLegend(items) {
   const box = $("#legend");
   box.replaceChildren();
@@ -498,11 +506,12 @@ function renderLegend(items) {
     const s = html("span", "", KIND_NAMES[kind], box);
     s.style.setProperty("--c", COLORS[kind]);
   }
+  if (items && items.some((it) => it.struck)) html("span", "struck", "struck on this request", box);
 }
 
 // ------------------------------------------------------------------ the timeline
 
-const T = { l: 48, r: 712, t: 22, b: 214 };
+const T = { l: 48, r: 712, t: 44, b: 214 };
 
 function renderTimeline() {
   const svg = $("#timeline");
@@ -535,7 +544,7 @@ function renderTimeline() {
     if (r.cached_tokens) el("rect", { x, y: y(Math.min(r.cached_tokens, r.after)), width: bw, height: T.b - y(Math.min(r.cached_tokens, r.after)), class: "tl-cached" }, svg);
     const ev = events(r);
     ev.forEach(([glyph, color], j) => {
-      const t = el("text", { x: xs[k], y: y(Math.max(r.before, r.after)) - 5 - j * 11, "text-anchor": "middle", class: "tl-ev", fill: color }, svg);
+      const t = el("text", { x: xs[k], y: y(Math.max(r.before, r.after)) - 5 - j * 10, "text-anchor": "middle", class: "tl-ev", fill: color }, svg);
       t.textContent = glyph;
     });
   });
@@ -549,7 +558,7 @@ function renderTimeline() {
   const lastT = el("text", { x: T.r, y: T.b + 16, "text-anchor": "end" }, svg);
   lastT.textContent = "#" + rs[rs.length - 1].seq;
   const legend = el("text", { x: (T.l + T.r) / 2, y: T.b + 30, "text-anchor": "middle" }, svg);
-  legend.textContent = (tallest > max ? "sent cut at " + fmt(Math.round(max)) + " · " : "") + "N notes · C capped · D dropped · S summary · R refused · ↻ upstream overflow, retried · ✂ silent truncation";
+  legend.textContent = (tallest > max ? "sent cut at " + fmt(Math.round(max)) + " · " : "") + "N notes · C caps · D drops · S summary · R refused · ↻ overflow retried · ✂ silent cut";
   rs.forEach((r, k) => {
     const hit = el("rect", { x: xs[k] - step / 2, y: T.t, width: step, height: T.b - T.t, class: "tl-hit" }, svg);
     hit.addEventListener("mousemove", (e) => showTip(e, r, k ? rs[k - 1] : null));
