@@ -22,6 +22,7 @@ import pytest
 from tests.support.live_page import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    FORMATS_UPSTREAM,
     as_chat,
     as_messages,
     coding_loop,
@@ -46,7 +47,7 @@ SCREENSHOT_AT = 17  # a request on which the hammer notes, caps and drops
 @pytest.fixture(scope="module")
 def proxy() -> Iterator[ProxyServer]:
     port = free_port()
-    args = [str(VENV_BIN / "python"), "-m", "tests.support.upstreams.formats", "--port", str(port)]
+    args = [str(VENV_BIN / "python"), str(FORMATS_UPSTREAM), "--port", str(port)]
     args += ["--window", "200000", "--prompt-cache"]
     with (
         running(args, ready_url=f"http://127.0.0.1:{port}/_recorded"),
@@ -202,10 +203,12 @@ def expect_page(page: Any, totals: Sent, last: dict[str, Any], n: int) -> None:
 
 def expect_well(page: Any, report: dict[str, Any], x: Any, struck: int, sent: Sent) -> None:
     """The selected conversation's well and SENT: its blocks as the proxy's report has them."""
-    page.wait_for_function(
-        "(seq) => document.querySelector('#well').dataset.key === document.querySelector('.convs li.sel').dataset.key"
-        " && document.querySelectorAll('#well rect.blk').length > 0",
-        arg=None,
+    page.wait_for_function(  # the well of the conversation's latest request
+        """() => {
+            const well = document.querySelector('#well').dataset;
+            const selected = document.querySelector('.convs li.sel').dataset.key;
+            return well.key === selected && well.seq === document.querySelector('#facts').dataset.seq;
+        }""",
         timeout=PAGE_WAIT_MS,
     )
     well = page.locator("#well")

@@ -234,6 +234,7 @@ async def test_refusals_and_retries_are_recorded() -> None:
         huge = {"model": "m", "messages": [{"role": "user", "content": "word " * 20000}]}
         assert (await client.post(CHAT, json=huge)).status_code == 400
         snap = (await client.get("/ui/conversations")).json()
+        assert snap["totals"]["requests"] == 2
         by_requests = {c["last"]["refused"]: c["last"] for c in snap["conversations"]}
         assert by_requests[True]["before"] > 3000
         assert by_requests[False]["retried"] and by_requests[False]["after"] < by_requests[False]["before"]

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 from typing import Any
 
+# The fake upstream that speaks each format (run as a script: a test's working directory is its own).
+FORMATS_UPSTREAM = Path(__file__).parent / "upstreams" / "formats.py"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",

@@ -25,6 +25,7 @@ SESSION_HEADERS = (
     b"session-id",
     b"conversation_id",
 )
+_NAMES = frozenset(SESSION_HEADERS)
 LEADING_ROLES = frozenset({"system", "developer"})
 MAX_ID_CHARS = 128
 
@@ -33,9 +34,11 @@ def session_header(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str] | 
     """The session header the client sent, as (name, value), the preferred one first."""
     found: dict[bytes, bytes] = {}
     for name, value in headers:
-        lower = name.lower()
-        if lower in SESSION_HEADERS and value.strip():
-            found.setdefault(lower, value.strip())
+        # ASGI gives names lowercase, so the first test is the one that counts.
+        if (name in _NAMES or name.lower() in _NAMES) and value.strip():
+            found.setdefault(name.lower(), value.strip())
+    if not found:
+        return None
     for name in SESSION_HEADERS:
         if name in found:
             text = found[name][:MAX_ID_CHARS].decode("latin-1")
@@ -70,6 +73,8 @@ def _opening(messages: object) -> list[bytes]:
 
 
 def _content_bytes(content: object) -> bytes:
+    if isinstance(content, str):
+        return content.encode("utf-8", "surrogatepass")
     try:
         return orjson.dumps(content, option=orjson.OPT_SORT_KEYS, default=repr)
     except TypeError:  # nested too deep to write (the request is refused elsewhere): its kind stands
@@ -77,8 +82,4 @@ def _content_bytes(content: object) -> bytes:
 
 
 def _digest(*parts: bytes) -> str:
-    h = hashlib.blake2b(digest_size=8)
-    for part in parts:
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    return h.hexdigest()
+    return hashlib.blake2b(b"\x00".join(parts), digest_size=8).hexdigest()

@@ -108,7 +108,7 @@ class Records:
         )
         log.previous, log.decided = log.decided, decided
         log.records.append(record)
-        self._count(log, record, +1)
+        self._count(log, record, +1, request=True)
         if self.watchers:
             self._publish_record(log, record)
             self._build_well(log, record, conversation, plan)
@@ -190,10 +190,12 @@ class Records:
 
     # ------------------------------------------------------------------ inside
 
-    def _count(self, log: ConversationLog, record: Record, sign: int) -> None:
+    def _count(self, log: ConversationLog, record: Record, sign: int, *, request: bool = False) -> None:
+        """Add (`sign` 1) or take back (-1) a record's figures; `request`: count it as a request."""
         for totals in (self.totals, log.totals):
-            totals.requests += sign if sign > 0 else 0
-            totals.compacted += sign if record.headers and sign > 0 else 0
+            if request:
+                totals.requests += 1
+            totals.compacted += sign if record.headers else 0
             totals.sent += sign * record.before
             totals.forwarded += sign * record.after
             totals.saved += sign * (record.before - record.after)

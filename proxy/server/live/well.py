@@ -46,6 +46,9 @@ class Decided:
 def first_change(previous: Decided | None, current: Decided) -> tuple[int, int]:
     """How many messages the hammer struck on this request (not so on the one before), and how many
     leading messages went upstream as they did on the request before (its prompt-cache prefix)."""
+    nothing = not (current.truncated or current.capped or current.dropped)
+    if nothing and (previous is None or not (previous.truncated or previous.capped or previous.dropped)):
+        return 0, min(previous.messages, current.messages) if previous else 0  # the common case
     now = current.actions()
     if previous is None:
         return len(now), 0
