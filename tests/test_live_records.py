@@ -238,3 +238,29 @@ async def test_refusals_and_retries_are_recorded() -> None:
         by_requests = {c["last"]["refused"]: c["last"] for c in snap["conversations"]}
         assert by_requests[True]["before"] > 3000
         assert by_requests[False]["retried"] and by_requests[False]["after"] < by_requests[False]["before"]
+
+
+async def test_every_compacted_format_appears() -> None:
+    """Each route's requests are recorded from their neutral conversation, under their format."""
+    from proxy import formats
+    from tests.support.format_chats import in_format
+
+    chat = requests_of(coding_loop(16))[-1]
+    paths = {
+        "chat": "/v1/chat/completions",
+        "responses": "/v1/responses",
+        "messages": "/v1/messages",
+        "ollama": "/api/chat",
+        "azure": "/openai/deployments/d1/chat/completions?api-version=2024-10-21",
+    }
+    wires = {"chat": formats.CHAT, "responses": formats.RESPONSES, "messages": formats.ANTHROPIC}
+    wires |= {"ollama": formats.OLLAMA, "azure": formats.AZURE}
+    async with proxy_client(RecordingUpstream(), window=3000) as client:
+        for name, path in paths.items():
+            body = in_format(wires[name], chat)
+            await client.post(path, json={**body, "model": name})
+        snap = (await client.get("/ui/conversations")).json()
+    seen = {c["model"]: c for c in snap["conversations"]}
+    assert {c["format"] for c in seen.values()} == {w.name for w in wires.values()}
+    for conversation in seen.values():
+        assert conversation["last"]["dropped"] or conversation["last"]["truncated"]

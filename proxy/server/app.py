@@ -73,7 +73,6 @@ def create_app(
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    add_live_page(app, parts.records)
     app.add_api_route("/compact", dry_run(pipeline), methods=["POST"])
     app.add_api_route(
         "/compact/{path:path}", dry_run_for(pipeline), methods=["POST"], include_in_schema=False
@@ -82,6 +81,7 @@ def create_app(
         app.add_api_route(
             route.path, compacting(pipeline, route), methods=["POST"], include_in_schema=route.documented
         )
+    add_live_page(app, parts.records)  # after the compacted routes: they are matched first
     for passthrough in table.passthroughs:
         app.add_api_route(
             passthrough.prefix + "/{path:path}",
