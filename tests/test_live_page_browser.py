@@ -238,3 +238,37 @@ def expect_well(page: Any, report: dict[str, Any], x: Any, struck: int, sent: Se
         str(sent.forwarded),
         str(sent.cached),
     )
+
+
+def test_with_api_keys_the_page_asks_for_one_and_keeps_it_out_of_urls(tmp_path: Path) -> None:
+    port = free_port()
+    args = [str(VENV_BIN / "python"), str(FORMATS_UPSTREAM), "--port", str(port), "--window", "200000"]
+    key = "k-live-page-7f3a"
+    with (
+        running(args, ready_url=f"http://127.0.0.1:{port}/_recorded"),
+        running_proxy(f"http://127.0.0.1:{port}/v1", 8192, api_keys=key) as proxy,
+        playwright.sync_playwright() as p,
+    ):
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            urls: list[str] = []
+            page.on("request", lambda request: urls.append(request.url))
+            page.goto(proxy.base_url + "/ui")
+            page.wait_for_selector("#keyform:not([hidden])", timeout=PAGE_WAIT_MS)
+            page.fill("#key-input", "wrong")
+            page.click("#key-form button")
+            page.wait_for_selector("#key-err:not([hidden])", timeout=PAGE_WAIT_MS)
+            page.fill("#key-input", key)
+            page.click("#key-form button")
+            page.wait_for_selector(".conn.live", timeout=PAGE_WAIT_MS)
+            body = as_chat(CHAT_MODEL, requests_of(coding_loop(4))[-1])
+            answer = httpx.post(
+                proxy.base_url + "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}
+            )
+            assert answer.status_code == 200
+            page.wait_for_selector(".convs li", timeout=PAGE_WAIT_MS)
+            assert page.evaluate("sessionStorage.length") == 1
+            assert not any(key in url for url in urls)
+        finally:
+            browser.close()
