@@ -43,8 +43,8 @@ def planned(messages: list[dict[str, Any]], window: int = 3000, **settings: Any)
 def test_a_session_header_names_the_conversation() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     claude = conversation_key([(b"X-Claude-Code-Session-Id", b"abc")], body)
-    codex = conversation_key([(b"session_id", b"abc")], body)
-    assert claude[1] == "x-claude-code-session-id" and codex[1] == "session_id"
+    codex = conversation_key([(b"session-id", b"abc")], body)  # Codex 0.171 (session_id before)
+    assert claude[1] == "x-claude-code-session-id" and codex[1] == "session-id"
     assert claude[0] != codex[0]
     other = {"model": "m", "messages": [{"role": "user", "content": "something else"}]}
     assert (

@@ -1,9 +1,10 @@
 """Which conversation a request belongs to.
 
 The agent CLIs say it themselves, in a header that stays the same for a whole session (read in their
-bundles): Claude Code sends `X-Claude-Code-Session-Id`; Codex `session_id` (its thread id,
-`codex-rs/codex-api/src/requests/headers.rs`); opencode `x-session-affinity` and `X-Session-Id` (and
-`x-opencode-session` to its own provider). Without one, a conversation is what compaction never
+bundles, and seen through the proxy from the pinned CLIs of `tests/clis`): Claude Code 2.1.332 sends
+`X-Claude-Code-Session-Id`; Codex 0.171 `session-id` (earlier ones `session_id`, its thread id:
+`codex-rs/codex-api/src/requests/headers.rs`); opencode 1.18 `x-session-affinity` and `X-Session-Id`
+(and `x-opencode-session` to its own provider). Without one, a conversation is what compaction never
 changes: the model, the leading system messages and the first user request, hashed.
 """
 
@@ -18,11 +19,11 @@ import orjson
 # In order of preference; names as ASGI gives them (lowercase).
 SESSION_HEADERS = (
     b"x-claude-code-session-id",
+    b"session-id",
     b"session_id",
     b"x-session-affinity",
     b"x-session-id",
     b"x-opencode-session",
-    b"session-id",
     b"conversation_id",
 )
 _NAMES = frozenset(SESSION_HEADERS)

@@ -54,7 +54,7 @@ function ago(t) {
   return Math.floor(s / 3600) + " h ago";
 }
 function sourceName(src) {
-  return { "x-claude-code-session-id": "Claude Code session", session_id: "Codex session",
+  return { "x-claude-code-session-id": "Claude Code session", "session-id": "Codex session", session_id: "Codex session",
     "x-session-affinity": "opencode session", "x-session-id": "session", "x-opencode-session": "opencode session",
     hash: "by its opening" }[src] || src;
 }
