@@ -122,6 +122,11 @@ class Settings(BaseSettings):
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
     log_format: Literal["text", "json"] = "text"
     log_bodies: bool = False
+    # The live page `GET /ui`: on or off, message previews, and how much it keeps (in memory).
+    ui: bool = True
+    ui_content: bool = False
+    ui_conversations: int = Field(default=20, ge=1)
+    ui_requests: int = Field(default=200, ge=1)
     max_messages: int = Field(default=50_000, ge=1)
 
     connect_timeout: float = Field(default=10.0, gt=0)

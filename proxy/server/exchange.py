@@ -11,6 +11,7 @@ from proxy.engine.chat import ChatPlan
 from proxy.engine.jsonbody import dump_json
 from proxy.formats import Conversation, Route
 from proxy.formats.reports import AnswerReport
+from proxy.server.live import Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,7 @@ class Exchange:
     conversation: Conversation
     bridge: OllamaBridge | None = None  # set when an OpenAI chat goes to Ollama's native API
     report: AnswerReport | None = None  # what the answer must say the proxy did in the server's place
+    record: Record | None = None  # the live page's record of it
 
     def content(self, plan: ChatPlan) -> bytes:
         """What to forward: the original bytes when nothing changed, else the original body with

@@ -15,7 +15,8 @@ from proxy.formats import RouteTable
 from proxy.metrics import Metrics
 from proxy.server.logs import request_id
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/ui"})
+OPEN_PREFIX = "/ui/static/"  # the live page's files hold no data: its data routes need a key
 
 
 class CountRequests:
@@ -91,7 +92,8 @@ class RequireApiKey:
         self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.api_keys or scope["path"] in OPEN_PATHS:
+        path = scope["type"] == "http" and scope["path"]
+        if not path or not self.api_keys or path in OPEN_PATHS or path.startswith(OPEN_PREFIX):
             await self.app(scope, receive, send)
             return
         if not self._authorized(dict((k.lower(), v) for k, v in scope["headers"])):

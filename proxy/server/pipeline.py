@@ -42,6 +42,7 @@ from proxy.server.intake import (
 from proxy.server.logs import request_id
 from proxy.server.parts import Parts
 from proxy.server.remote_compaction import RemoteCompaction
+from proxy.upstream.prompt_reports import Truncation
 from proxy.upstream.streaming import (
     TAIL_BYTES,
     StreamedResponse,
@@ -66,6 +67,7 @@ class Pipeline:
         # The headers of the request's own call upstream, and of the calls the proxy makes for it.
         self.upstream_headers, self.credentials = parts.headers.for_request, parts.headers.credentials
         self.summary_headers = parts.headers.for_summary
+        self.records = parts.records
         settings = parts.settings
         self.remote_compaction = RemoteCompaction.from_settings(settings)
         self._upstream_server = {
@@ -91,11 +93,12 @@ class Pipeline:
             return await until_disconnect(request, self.forward(request, path, raw, route))
         plan, bridge = await self.plan(request, route, body, conversation)
         plan = await self.summarise(request, conversation.request, plan)
+        record = self.records.add(request.scope["headers"], route.format.name, conversation, plan)
         self.check_overflow(route.format, body, conversation, plan)
         self.log_plan(raw, plan)
         wire = route.format  # what the answer reports of the edits the proxy applied in the server's place
         report = wire.context_report(original, body) if isinstance(wire, ReportsContextEdits) else None
-        exchange = Exchange(route, path, raw, body, conversation, bridge, report)
+        exchange = Exchange(route, path, raw, body, conversation, bridge, report=report, record=record)
         return await until_disconnect(request, self.send_compacted(request, exchange, plan))
 
     async def read(self, request: Request) -> bytes:
@@ -219,6 +222,7 @@ class Pipeline:
         )
         self.metrics.retries.labels("retried").inc()
         plan = await self.summarise(request, exchange.conversation.request, harder)
+        self.records.retried(exchange.record, overflow, plan, exchange.conversation)
         route = exchange.route
         content = exchange.content(plan)
         response = await self.send(
@@ -260,28 +264,39 @@ class Pipeline:
     ) -> Response:
         """The upstream's answer for the client: streamed as it comes, or read whole for an answer
         that was not asked to stream (to learn the prompt size it reports)."""
-        metrics, planner = self.metrics, self.planner
+        metrics = self.metrics
         if plan is None or exchange is None:
             stream_error = self.routes.for_path(request.url.path).format.stream_error_event
             return StreamedResponse(response, metrics=metrics, stream_error=stream_error)
         extra = plan.headers()
-        reported = exchange.route.format.reported_prompt_tokens
         if exchange.streamed or is_event_stream(response):
+
+            def learn(tail: bytes) -> None:
+                self.answered(plan, exchange, tail)
+
             return StreamedResponse(
                 response,
                 extra,
-                on_complete=lambda tail: planner.learn(plan, reported(tail)),
+                on_complete=learn,
                 metrics=metrics,
                 stream_error=exchange.route.format.stream_error_event,
                 rewrite=exchange.report.into_stream if exchange.report else None,
             )
         body = await read_raw(response)
         readable = response.is_success and "content-encoding" not in response.headers
-        if readable and planner.read_report(plan, reported(body[-TAIL_BYTES:])):
+        if readable and self.answered(plan, exchange, body[-TAIL_BYTES:]):
             extra = {**extra, TRUNCATED_HEADER: "true"}
         if readable and exchange.report:
             body = exchange.report.into_body(body)
         return buffered_response(response, body, extra)
+
+    def answered(self, plan: ChatPlan, exchange: Exchange, tail: bytes) -> Truncation | None:
+        """What the end of the answer reports: the prompt the upstream read (for the calibration; a
+        silent cut when it read less than it was sent), and its cached tokens for the live page."""
+        reported = exchange.route.format.reported_prompt_tokens(tail)
+        truncation = self.planner.read_report(plan, reported)
+        self.records.answered(exchange.record, reported, tail, truncation)
+        return truncation
 
     async def forward(self, request: Request, path: str, content: bytes, route: Route) -> Response:
         """A compacted route's request the proxy leaves alone, sent as it came."""
