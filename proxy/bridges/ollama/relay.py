@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 import httpx
 import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from proxy.bridges.ollama.bridge import OllamaBridge
+from proxy.bridges.base import TRUNCATED_HEADER, Answer, Learn
 from proxy.bridges.ollama.openai_answer import (
     SseTranslator,
     chat_completion,
@@ -26,23 +27,21 @@ from proxy.bridges.ollama.openai_answer import (
 from proxy.errors import error_body
 from proxy.metrics import Metrics
 from proxy.upstream.forwarding import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
-from proxy.upstream.prompt_reports import Truncation
+
+if TYPE_CHECKING:
+    from proxy.bridges.ollama.bridge import OllamaBridge
 
 log = logging.getLogger("proxy.ollama")
 
-Learn = Callable[[int | None], Truncation | None]
-TRUNCATED_HEADER = "x-compaction-upstream-truncated"
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one NDJSON event: a chunk of a reply, never megabytes
 
 
-async def relay_from_ollama(
-    response: httpx.Response, bridge: OllamaBridge, headers: dict[str, str], learn: Learn, metrics: Metrics
-) -> Response:
+async def relay_from_ollama(response: httpx.Response, bridge: OllamaBridge, relay: Answer) -> Response:
     """The OpenAI client's answer for Ollama's `response` (its body still unread)."""
+    headers, learn = relay.headers, relay.learn
     if bridge.stream and response.is_success:
-        return _SseResponse(
-            response, SseTranslator(completion_id(), bridge.include_usage), headers, learn, metrics
-        )
+        translator = SseTranslator(completion_id(), bridge.include_usage)
+        return _SseResponse(response, translator, headers, learn, relay.metrics, relay.stream_error)
     try:
         with map_transport_errors():
             content = await read_decoded(response, MAX_ANSWER_BYTES)
@@ -86,7 +85,9 @@ class _SseResponse(StreamingResponse):
         headers: dict[str, str],
         learn: Learn,
         metrics: Metrics,
+        stream_error: Callable[[str], bytes],
     ) -> None:
+        self.stream_error = stream_error  # the OpenAI client's own event
         super().__init__(
             self._events(response, translator, learn),
             media_type="text/event-stream",
@@ -108,8 +109,7 @@ class _SseResponse(StreamingResponse):
         if translator.done:
             learn(translator.prompt_eval_count)
             return
-        message = "The upstream stream broke off before it was done."
-        yield b"data: " + error_body(message, type="upstream_error", code="upstream_stream_error") + b"\n\n"
+        yield self.stream_error("The upstream stream broke off before it was done.")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.metrics.streams_open.inc()

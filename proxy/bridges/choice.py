@@ -1,0 +1,44 @@
+"""Which bridge, if any, a compacted request takes: chosen once per request from its route's
+`bridge` name and what the upstream is (`proxy.bridges.base` is the seam)."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Sequence
+from typing import Protocol
+
+from proxy.bridges.base import Body, Bridge
+from proxy.bridges.gemini.bridge import GeminiChatBridge
+from proxy.formats import Route
+from proxy.settings import Settings
+
+RawHeaders = Sequence[tuple[bytes, bytes]]
+GOOGLE_HOSTS = ("generativelanguage.googleapis.com", "aiplatform.googleapis.com")
+
+
+class OllamaChooser(Protocol):
+    async def bridge(self, body: dict[str, object], headers: RawHeaders = ()) -> Bridge | None: ...
+
+
+class Bridges:
+    """Chooses a request's bridge, once, from its route's `bridge` name and the upstream."""
+
+    def __init__(self, settings: Settings, ollama: OllamaChooser) -> None:
+        self.ollama = ollama
+        self.gemini_native = gemini_native(settings)
+
+    async def choose(self, route: Route, body: Body, credentials: RawHeaders) -> Bridge | None:
+        if route.bridge == "ollama":
+            return await self.ollama.bridge(body, credentials)
+        if route.bridge == "gemini" and not self.gemini_native:
+            return GeminiChatBridge(streamed=route.format.streamed(body))
+        return None
+
+
+def gemini_native(settings: Settings) -> bool:
+    """Whether Gemini API requests go to the upstream as they are (`COMPACT_GEMINI_UPSTREAM`; by
+    default only Google's own API speaks it), else over its Chat Completions."""
+    if settings.gemini_upstream != "auto":
+        return settings.gemini_upstream == "native"
+    host = (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower()
+    return host.endswith(GOOGLE_HOSTS)
