@@ -169,20 +169,21 @@ class _Calls:
         return neutral
 
     def answer(self, response: dict[str, Any], index: int, block: int) -> str:
+        """The neutral id of the call `response` answers: the call with its `id`; else (Gemini CLI
+        gives ids to the results of calls that came without one) the first unanswered call of its
+        `name` in the latest model turn that has one; else the oldest unanswered call."""
         own = str_field(response.get("id"))
-        if own:
-            for k, entry in enumerate(self.open):
-                if entry[3] == own:
-                    del self.open[k]
-                    break
-            return own
-        named = [k for k, entry in enumerate(self.open) if entry[2] == response.get("name")]
-        if named:
-            latest = self.open[named[-1]][0]
-            return self.open.pop(next(k for k in named if self.open[k][0] == latest))[1]
-        if self.open:
-            return self.open.pop(0)[1]
-        return f"gemini-result-{index}-{block}"  # answers no call: an orphan, kept with its neighbours
+        matched = [k for k, entry in enumerate(self.open) if own and entry[3] == own]
+        if not matched:
+            named = [k for k, entry in enumerate(self.open) if entry[2] == response.get("name")]
+            if named:
+                latest = self.open[named[-1]][0]
+                matched = [next(k for k in named if self.open[k][0] == latest)]
+        if not matched and self.open:
+            matched = [0]
+        if matched:
+            return self.open.pop(matched[0])[1]
+        return own or f"gemini-result-{index}-{block}"  # answers no call: an orphan, kept with its neighbours
 
 
 def _read_content(
