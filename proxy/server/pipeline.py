@@ -178,6 +178,11 @@ class Pipeline:
         if harder is None:
             if overflow:
                 self.metrics.retries.labels("not_possible").inc()
+            if exchange.bridge is not None:  # the error as its server said it, translated
+                again = httpx.Response(
+                    response.status_code, headers=response.headers, stream=httpx.ByteStream(error)
+                )
+                return await self.relay(request, again, plan, exchange)
             return buffered_response(response, error, plan.headers())
         log.info(
             "The upstream reported an overflow (%s); retrying once, compacted harder. %s",

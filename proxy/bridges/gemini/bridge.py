@@ -34,7 +34,7 @@ class GeminiChatBridge:
     path: ClassVar[str] = "/chat/completions"
     from_root: ClassVar[bool] = False
     window: ClassVar[None] = None  # the server's own
-    retries: ClassVar[bool] = False  # its errors are translated, not retried
+    retries: ClassVar[bool] = True  # an overflow it reports is retried, harder, like a direct chat's
 
     def outgoing(self, headers: Headers, query: bytes) -> tuple[Headers, bytes]:
         """No query (`alt=sse` and `key=` are the Gemini API's), and the Gemini key as the chat
