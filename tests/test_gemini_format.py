@@ -246,3 +246,19 @@ def test_make_settings_is_not_native_by_default() -> None:
     assert not gemini_native(make_settings())
     assert gemini_native(make_settings(upstream_url="https://generativelanguage.googleapis.com"))
     assert gemini_native(make_settings(gemini_upstream="native"))
+
+
+def test_each_result_is_linked_to_the_call_it_answers_also_when_the_call_had_no_id() -> None:
+    """Gemini CLI gives its own id to the result of a call that came without one: the result is
+    linked to that call by its name, so a pair is dropped or kept as one."""
+    conversation = Gemini(stream=False).read(history(3), {"model": "gemini-2.5-pro"})
+    messages = conversation.request["messages"]
+    assert messages[0]["role"] == "system"
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        calls = message["tool_calls"]
+        results = messages[i + 1 : i + 1 + len(calls)]
+        assert [r["role"] for r in results] == ["tool"] * len(calls)
+        assert [r["tool_call_id"] for r in results] == [c["id"] for c in calls]
+        assert [r["name"] for r in results] == [c["function"]["name"] for c in calls]
