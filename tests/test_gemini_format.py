@@ -262,3 +262,28 @@ def test_each_result_is_linked_to_the_call_it_answers_also_when_the_call_had_no_
         assert [r["role"] for r in results] == ["tool"] * len(calls)
         assert [r["tool_call_id"] for r in results] == [c["id"] for c in calls]
         assert [r["name"] for r in results] == [c["function"]["name"] for c in calls]
+
+
+async def test_the_window_is_the_gemini_models_input_token_limit() -> None:
+    """With no window configured, the Gemini API's model resource says it (asked with the client's key)."""
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET" and request.url.path == "/v1beta/models/gemini-2.5-pro":
+            if request.headers.get("x-goog-api-key") != "k-1":
+                return httpx.Response(
+                    403, json={"error": {"code": 403, "message": "no key", "status": "PERMISSION_DENIED"}}
+                )
+            return httpx.Response(200, json={"name": "models/gemini-2.5-pro", "inputTokenLimit": 16000})
+        if request.method == "GET":
+            return httpx.Response(
+                404, json={"error": {"code": 404, "message": "not found", "status": "NOT_FOUND"}}
+            )
+        return httpx.Response(200, json=answer())
+
+    upstream = RecordingUpstream(respond=respond)
+    body = history(24)
+    async with proxy_client(upstream, window="auto", gemini_upstream="native") as client:
+        response = await client.post(WHOLE, json=body, headers={"x-goog-api-key": "k-1"})
+    assert response.status_code == 200, response.text
+    after = int(response.headers["x-compaction-tokens-after"])
+    assert int(response.headers["x-compaction-tokens-before"]) > 16000 > after > 8192  # not the fallback

@@ -145,7 +145,8 @@ def run(window: int, *, proxied: bool, steps: int = 30, timeout: float = 400) ->
         home = Path(tmp) / "home"
         with gemini_model(window, steps, tree) as server:
             if proxied:
-                with running_proxy(server, window, gemini_upstream="native") as proxy:
+                # The window as the proxy finds it: the model's `inputTokenLimit`.
+                with running_proxy(server, "auto", gemini_upstream="native") as proxy:
                     code, output = run_cli(proxy.base_url, "gemini-2.5-flash", tree, home, timeout)
                     output += "\n--- proxy log ---\n" + proxy.log_tail(20)
             else:

@@ -19,7 +19,8 @@ Run it as a process: ``python -m tests.support.upstreams.gemini_model --port N -
   id where the call has one, else by name) is what the API refuses ("Please ensure that the number of
   function response parts is equal to the number of function call parts of the function call turn"):
   counted as orphans and answered 400;
-- ``POST ...:countTokens`` answers ``{"totalTokens": N}``; a request with a JSON ``responseMimeType``
+- ``POST ...:countTokens`` answers ``{"totalTokens": N}``, ``GET /v1beta/models/{model}`` the model's
+  ``inputTokenLimit`` (the window); a request with a JSON ``responseMimeType``
   (the CLI's side questions: next speaker, loop check) gets a JSON text answer.
 
 The script: each request that offers tools gets 1-3 calls of the CLI's own tools (``read_file``,
@@ -231,6 +232,18 @@ async def models(request: Request) -> Response:
     return Response(b"".join(events), media_type="text/event-stream")
 
 
+async def model_info(request: Request) -> Response:
+    """`GET /v1beta/models/{model}`: the model's limits, as Google's model resource has them."""
+    state: State = request.app.state.state
+    name = request.path_params["rest"]
+    if not (request.headers.get("x-goog-api-key") or request.query_params.get("key")):
+        return error(
+            403, "Method doesn't allow unregistered callers. Please use an API Key.", "PERMISSION_DENIED"
+        )
+    info = {"name": f"models/{name}", "inputTokenLimit": state.window, "outputTokenLimit": 65536}
+    return Response(orjson.dumps(info), media_type="application/json")
+
+
 async def recorded(request: Request) -> Response:
     return Response(orjson.dumps(request.app.state.state.received), media_type="application/json")
 
@@ -243,6 +256,7 @@ def create_app(window: int, steps: int, tree: Path) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1beta/models/{rest:path}", models, methods=["POST"]),
+            Route("/v1beta/models/{rest:path}", model_info, methods=["GET"]),
             Route("/_recorded", recorded),
             Route("/healthz", healthz),
         ]
