@@ -7,14 +7,13 @@ and reads the events), errors in Google's shape."""
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import httpx
 import orjson
 
 from tests.support.fakes import ClosingStream, RecordingUpstream, proxy_client
-from tests.test_gemini_format import STREAM, WHOLE, history
+from tests.support.gemini_chats import STREAM, WHOLE, genai_events, history
 
 CHAT_ANSWER = {
     "id": "chatcmpl-1",
@@ -88,18 +87,6 @@ CHAT_STREAM = [
     chunk(None, usage={"prompt_tokens": 400, "completion_tokens": 20, "total_tokens": 420}),
     b"data: [DONE]\n\n",
 ]
-
-
-def genai_events(content: bytes) -> list[dict[str, Any]]:
-    """The events as `@google/genai` 1.30 reads a stream (`processStreamResponse`): `data: ` lines
-    ending in a blank line, each one JSON object; anything else in the stream is an error there."""
-    events = []
-    for raw in re.split(rb"\r\n\r\n|\n\n|\r\r", content):
-        if not raw.strip():
-            continue
-        assert raw.startswith(b"data: "), raw  # no event names, no comments
-        events.append(orjson.loads(raw.removeprefix(b"data: ")))
-    return events
 
 
 async def test_the_request_goes_as_a_chat_with_calls_and_results_linked() -> None:

@@ -12,10 +12,9 @@ import httpx
 import pytest
 
 from tests.support.agent_clis import lay_out_tree
+from tests.support.gemini_chats import genai_events, history
 from tests.support.gemini_cli import gemini_model
 from tests.support.upstreams.proxy_server import running_proxy
-from tests.test_gemini_bridge import genai_events
-from tests.test_gemini_format import history
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(120)]
 QUERY_KEY = "AIzaQueryKey0123456789"
