@@ -12,9 +12,12 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.support.fakes import ClosingStream, RecordingUpstream, proxy_client
+from proxy.server.app import create_app
+from tests.support.fakes import ClosingStream, RecordingUpstream, make_settings, proxy_client
 from tests.support.gemini_chats import STREAM, WHOLE, genai_events, history
+from tests.support.upstreams.ollama import FakeOllama
 
+TOOL_SCHEMA = {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}
 CHAT_ANSWER = {
     "id": "chatcmpl-1",
     "object": "chat.completion",
@@ -199,3 +202,37 @@ async def test_a_broken_chat_stream_ends_with_a_gemini_error_event() -> None:
     events = genai_events(response.content)
     assert "error" in events[-1] and events[-1]["error"]["code"] >= 400
     assert all("error" not in e for e in events[:-1])
+
+
+async def test_for_ollama_the_bridge_goes_to_its_native_api_with_the_window_set() -> None:
+    """Ollama's `/v1` ignores `num_ctx`: a Gemini request for Ollama goes to `/api/chat` through both
+    bridges, and its answer comes back as Gemini's, whole and streamed."""
+    fake = FakeOllama()
+    settings = {"upstream_url": "http://ollama.test/v1", "upstream_kind": "auto", "window": "auto"}
+    app = create_app(make_settings(**settings), transport=httpx.ASGITransport(app=fake.app()))
+    asked = {
+        "contents": [{"role": "user", "parts": [{"text": "Read a.py"}]}],
+        "tools": [{"functionDeclarations": [{"name": "read_file", "parametersJsonSchema": TOOL_SCHEMA}]}],
+        "generationConfig": {"maxOutputTokens": 500, "topK": 40},
+    }
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://proxy.test"
+    ) as client:
+        whole = await client.post("/v1beta/models/llama3.2:3b:generateContent", json=asked)
+        streamed = await client.post(
+            "/v1beta/models/llama3.2:3b:streamGenerateContent?alt=sse", json=history(1)
+        )
+    routes = [path for path, _ in fake.requests if "chat" in path]
+    assert routes == ["/api/chat", "/api/chat"], fake.requests
+    native = [body for path, body in fake.requests if path == "/api/chat"]
+    assert native[0]["options"]["num_ctx"] == 32768 and native[0]["options"]["top_k"] == 40
+    assert native[0]["options"]["num_predict"] == 500 and native[0]["stream"] is False
+    assert whole.status_code == 200, whole.text
+    parts = whole.json()["candidates"][0]["content"]["parts"]
+    assert [p["functionCall"]["name"] for p in parts] == ["read_file"]
+    assert streamed.status_code == 200, streamed.text
+    events = genai_events(streamed.content)
+    text = "".join(p.get("text", "") for e in events for p in e["candidates"][0]["content"]["parts"])
+    assert text.startswith("Noted: I read")
+    assert events[-1]["candidates"][0]["finishReason"] == "STOP"
+    assert events[-1]["usageMetadata"]["promptTokenCount"] == fake.answers[-1].prompt_eval_count

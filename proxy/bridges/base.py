@@ -5,8 +5,8 @@ A `Bridge` offers what the route's own upstream offers: where the request goes (
 `outgoing`), the bytes to send for a plan (`content`), and the
 client's answer made from the server's (`relay`). `proxy.bridges.choice.Bridges` picks one once per
 request from the route's `bridge` name and the upstream (or none: the request goes its route's own
-way). The two bridges: `ollama` (an OpenAI chat on Ollama's native API, with the window set) and
-`gemini` (a Gemini API request on a Chat Completions server).
+way). The bridges: `ollama` (an OpenAI chat on Ollama's native API, with the window set) and
+`gemini` (a Gemini API request on a Chat Completions server, or on Ollama's native API through both).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ from typing import Protocol
 
 from proxy.bridges.base import Body, Bridge
 from proxy.bridges.gemini.bridge import GeminiChatBridge
-from proxy.formats import Route
+from proxy.bridges.gemini.over_ollama import GeminiOverOllama, carried
+from proxy.bridges.ollama.bridge import OllamaBridge
+from proxy.formats import Conversation, Route
 from proxy.settings import Settings
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
@@ -19,6 +21,8 @@ GOOGLE_HOSTS = ("generativelanguage.googleapis.com", "aiplatform.googleapis.com"
 class OllamaChooser(Protocol):
     async def bridge(self, body: dict[str, object], headers: RawHeaders = ()) -> Bridge | None: ...
 
+    async def native_window(self, model: str, headers: RawHeaders = ()) -> int | None: ...
+
 
 class Bridges:
     """Chooses a request's bridge, once, from its route's `bridge` name and the upstream."""
@@ -27,12 +31,22 @@ class Bridges:
         self.ollama = ollama
         self.gemini_native = gemini_native(settings)
 
-    async def choose(self, route: Route, body: Body, credentials: RawHeaders) -> Bridge | None:
+    async def choose(
+        self, route: Route, body: Body, conversation: Conversation, credentials: RawHeaders
+    ) -> Bridge | None:
+        """`ollama`: an OpenAI chat to Ollama's native API. `gemini`: a Gemini API request to the
+        upstream's Chat Completions, or for Ollama to its native API (its window set)."""
         if route.bridge == "ollama":
             return await self.ollama.bridge(body, credentials)
-        if route.bridge == "gemini" and not self.gemini_native:
-            return GeminiChatBridge(streamed=route.format.streamed(body))
-        return None
+        if route.bridge != "gemini" or self.gemini_native:
+            return None
+        streamed = route.format.streamed(body)
+        gemini = GeminiChatBridge(streamed=streamed)
+        model = str(conversation.request.get("model") or "")
+        num_ctx = await self.ollama.native_window(model, credentials)
+        if num_ctx is None or not carried(body, conversation, streamed=streamed):
+            return gemini
+        return GeminiOverOllama(gemini, OllamaBridge(num_ctx, stream=streamed, include_usage=True))
 
 
 def gemini_native(settings: Settings) -> bool:

@@ -114,7 +114,7 @@ class Pipeline:
     ) -> tuple[ChatPlan, Bridge | None]:
         """The engine's plan for the window the request will get, and the bridge it takes to a server
         of another API (chosen once, here), if any."""
-        bridge = await self.bridges.choose(route, body, self.credentials(request))
+        bridge = await self.bridges.choose(route, body, conversation, self.credentials(request))
         window = conversation.window or (bridge.window if bridge else None)
         plan = await self.planner.plan(conversation.request, self.credentials(request), window_tokens=window)
         return plan, bridge

@@ -31,8 +31,14 @@ TOOL_CHOICE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "
 
 def chat_request(body: Body, conversation: Conversation, plan: ChatPlan, *, stream: bool) -> Body:
     """The chat request for `plan` over the Gemini request `body`."""
-    neutral = conversation.request
-    chat: Body = {"model": neutral["model"], "messages": [_message(m) for m in plan.result.messages]}
+    return chat_body(body, conversation.request, plan.result.messages, plan.max_tokens, stream=stream)
+
+
+def chat_body(
+    body: Body, neutral: Body, messages: list[dict[str, Any]], max_tokens: int | None, *, stream: bool
+) -> Body:
+    """The chat request for the Gemini request `body` read as `neutral`, with these messages."""
+    chat: Body = {"model": neutral["model"], "messages": [_message(m) for m in messages]}
     tools = [
         _tool(t) for t in neutral.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"
     ]
@@ -45,7 +51,7 @@ def chat_request(body: Body, conversation: Conversation, plan: ChatPlan, *, stre
     for ours, theirs in SAMPLING.items():
         if config.get(ours) is not None:
             chat[theirs] = config[ours]
-    if (limit := plan.max_tokens or neutral.get("max_tokens")) is not None:
+    if (limit := max_tokens or neutral.get("max_tokens")) is not None:
         chat["max_tokens"] = limit
     if (response_format := _response_format(config)) is not None:
         chat["response_format"] = response_format

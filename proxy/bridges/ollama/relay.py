@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 import orjson
@@ -41,7 +41,7 @@ async def relay_from_ollama(response: httpx.Response, bridge: OllamaBridge, rela
     headers, learn = relay.headers, relay.learn
     if bridge.stream and response.is_success:
         translator = SseTranslator(completion_id(), bridge.include_usage)
-        return _SseResponse(response, translator, headers, learn, relay.metrics, relay.stream_error)
+        return SseResponse(response, translator, headers, learn, relay.metrics, relay.stream_error)
     try:
         with map_transport_errors():
             content = await read_decoded(response, MAX_ANSWER_BYTES)
@@ -74,14 +74,27 @@ async def relay_from_ollama(response: httpx.Response, bridge: OllamaBridge, rela
     )
 
 
-class _SseResponse(StreamingResponse):
+class Lines(Protocol):
+    """A stream's translator: the SSE bytes for each NDJSON line, whether the answer is done, and the
+    prompt size it reported (`SseTranslator`; the Gemini bridge's over Ollama)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def prompt_eval_count(self) -> int | None: ...
+
+    def line(self, line: bytes) -> bytes: ...
+
+
+class SseResponse(StreamingResponse):
     """Ollama's NDJSON lines, translated to SSE events as they arrive; the upstream response is closed
     when the client has it all, goes away, or the upstream fails."""
 
     def __init__(
         self,
         response: httpx.Response,
-        translator: SseTranslator,
+        translator: Lines,
         headers: dict[str, str],
         learn: Learn,
         metrics: Metrics,
@@ -97,7 +110,7 @@ class _SseResponse(StreamingResponse):
         self.metrics = metrics
 
     async def _events(
-        self, response: httpx.Response, translator: SseTranslator, learn: Learn
+        self, response: httpx.Response, translator: Lines, learn: Learn
     ) -> AsyncIterator[bytes]:
         try:
             async for line in decoded_lines(response, MAX_LINE_BYTES):
