@@ -191,3 +191,16 @@ async def test_the_window_is_the_gemini_models_input_token_limit() -> None:
     assert response.status_code == 200, response.text
     after = int(response.headers["x-compaction-tokens-after"])
     assert int(response.headers["x-compaction-tokens-before"]) > 16000 > after > 8192  # not the fallback
+
+
+async def test_a_clamped_reply_limit_keeps_the_thinking_budget_under_it() -> None:
+    upstream = RecordingUpstream(respond=lambda r: httpx.Response(200, json=answer()))
+    body = history(2)
+    body["generationConfig"] = {"maxOutputTokens": 60000, "thinkingConfig": {"thinkingBudget": 30000}}
+    async with proxy_client(upstream, window=16000, gemini_upstream="native") as client:
+        response = await client.post(WHOLE, json=body)
+    assert response.status_code == 200, response.text
+    config = upstream.last_json()["generationConfig"]
+    limit = int(response.headers["x-compaction-max-tokens"])
+    assert config["maxOutputTokens"] == limit < 16000
+    assert config["thinkingConfig"] == {"thinkingBudget": limit // 2}

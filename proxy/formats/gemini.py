@@ -3,7 +3,8 @@
 A request has `contents` (roles `user` and `model`, each a list of `parts`: `text`, `thought`
 text, `functionCall {id, name, args}` with its `thoughtSignature` beside it, `functionResponse {id,
 name, response}`, `inlineData`, `fileData`), `systemInstruction` and `tools` (the fixed part, never
-compacted) and `generationConfig.maxOutputTokens` (the reply limit). The model is the path's.
+compacted) and `generationConfig.maxOutputTokens` (the reply limit; a fixed `thinkingConfig.thinkingBudget`
+is lowered with it when the proxy clamps it). The model is the path's.
 
 Read into the neutral conversation: `systemInstruction` leads; a `model` content is one assistant
 turn (its text parts the content, thought parts the reasoning, `functionCall` parts its calls, with
@@ -114,10 +115,9 @@ class Gemini:
             )
         if plan.max_tokens is not None:
             config = body.get("generationConfig")
-            changed["generationConfig"] = {
-                **(config if isinstance(config, dict) else {}),
-                "maxOutputTokens": plan.max_tokens,
-            }
+            changed["generationConfig"] = _with_limit(
+                config if isinstance(config, dict) else {}, plan.max_tokens
+            )
         return changed
 
     def streamed(self, body: Body) -> bool:
@@ -226,6 +226,17 @@ def _read_content(
     if rest:
         messages.append({"role": "user", "content": _chat_content([parts[b] for b in rest])})
         sources.append(tuple(Part(index, b) for b in rest))
+
+
+def _with_limit(config: dict[str, Any], limit: int) -> dict[str, Any]:
+    """`generationConfig` with the clamped reply limit; a fixed thinking budget the limit no longer
+    holds (thoughts count in the output) lowered to half of it, so the answer keeps room."""
+    out = {**config, "maxOutputTokens": limit}
+    thinking = config.get("thinkingConfig")
+    budget = thinking.get("thinkingBudget") if isinstance(thinking, dict) else None
+    if isinstance(thinking, dict) and (fixed := int_field(budget)) is not None and fixed >= limit:
+        out["thinkingConfig"] = {**thinking, "thinkingBudget": limit // 2}
+    return out
 
 
 def _call(call_id: str, call: dict[str, Any]) -> Message:
