@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     upstream_kind: Literal["auto", "ollama", "openai", "anthropic"] = "auto"
     ollama_num_ctx: bool = True
     ollama_max_num_ctx: int = Field(default=32768, gt=0)
+    # Gemini API requests: to a Gemini-speaking upstream as they are, or bridged to its Chat
+    # Completions; `auto`: native for Google's generativelanguage API, else the bridge.
+    gemini_upstream: Literal["auto", "native", "chat"] = "auto"
 
     window: PositiveInt | Literal["auto"] = "auto"
     fallback_window: int = Field(default=8192, gt=0)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from proxy.bridges.choice import Bridges
 from proxy.bridges.ollama.upstream import OllamaUpstream
 from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
@@ -39,6 +40,7 @@ class Parts:
     http: httpx.AsyncClient
     planner: Planner
     ollama: OllamaUpstream
+    bridges: Bridges  # which bridge a request takes, if any (Ollama's is one)
     summarizer: Summarizer | None
     headers: UpstreamHeaders
     readiness: Readiness
@@ -83,6 +85,7 @@ class Parts:
             http=http,
             planner=planner,
             ollama=ollama,
+            bridges=Bridges(settings, ollama),
             summarizer=summarizer,
             headers=UpstreamHeaders(settings, upstream, routes),
             readiness=Readiness(upstream),
