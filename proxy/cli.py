@@ -67,8 +67,8 @@ def add_run_parser(sub: Any) -> None:
     run.add_argument("--proxy", metavar="URL", help="use this running proxy instead of starting one")
     run.add_argument(
         "--model",
-        help="the model the CLI asks for (default: the CLI's own; opencode "
-        "and aider: the first the upstream lists)",
+        help="the model the CLI asks for (default: the first the upstream lists at /v1/models; "
+        "the CLI's own default where the upstream lists its vendor's models)",
     )
     run.add_argument("--upstream", metavar="URL", help="the proxy's upstream (COMPACT_UPSTREAM_URL)")
     run.add_argument(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.run.agents import CLIS, PLACEHOLDER_KEY, Target, launch
+from proxy.run.agents import CLIS, PLACEHOLDER_KEY, Target, default_model, launch
 
 PROXY = "http://127.0.0.1:9999"
 
@@ -130,3 +130,14 @@ def test_gemini_by_a_system_settings_file_laid_over_the_machines(tmp_path: Path)
 def test_an_unknown_cli_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown CLI"):
         launch("cursor", [], Target(PROXY), tmp_path, {})
+
+
+def test_without_a_model_a_cli_asks_for_what_the_upstream_has() -> None:
+    local = ["qwen3-coder:30b", "llama3.1:8b"]
+    assert [default_model(cli, local) for cli in CLIS] == ["qwen3-coder:30b"] * len(CLIS)
+    assert default_model("claude", ["claude-sonnet-4-5", "claude-haiku-4-5"]) is None, "its own default"
+    assert default_model("codex", ["gpt-5.5", "o3"]) is None
+    assert default_model("gemini", ["gemini-2.5-pro"]) is None
+    assert default_model("opencode", ["gpt-5.5"]) == "gpt-5.5"
+    assert default_model("claude", []) is None, "nothing listed: the CLI's own default"
+    assert default_model("aider", []) is None

@@ -56,6 +56,10 @@ def run(
     )
 
 
+def user_record(env: dict[str, str]) -> Path:
+    return Path(env["FAKE_RECORD"])
+
+
 def proxy_gone(root: str) -> bool:
     try:
         httpx.get(f"{root}/healthz", timeout=2)
@@ -112,6 +116,7 @@ def test_a_signal_death_is_reported_as_a_shell_does(
 ) -> None:
     done = run("claude", ["--upstream", stub], [], user | {"FAKE_MODE": f"signal:{signum}"})
     assert done.returncode == status, done.stderr
+    assert fake_clis.recorded(user_record(user))["env"]["ANTHROPIC_MODEL"] == "stub", "the upstream's model"
 
 
 def test_ctrl_c_reaches_the_cli_and_not_the_proxy(stub: str, user: dict[str, str], tmp_path: Path) -> None:

@@ -31,9 +31,17 @@ CLIS = ("claude", "codex", "opencode", "aider", "gemini")
 # and COMPACT_UPSTREAM_API_KEY replaces it on the way out.
 PLACEHOLDER_KEY = "compacting-proxy"
 PROVIDER = "compacting-proxy"
-# CLIs that cannot start without a model name of the upstream's (they have no default of their own
-# that a local server would know): without --model they get the first one the upstream lists.
-NEEDS_MODEL = ("opencode", "aider")
+# Without --model a CLI whose vendor's models the upstream lists keeps its own default model; any
+# other gets the first model the upstream lists (a local server knows none of the vendors' names).
+VENDOR_MODELS = {"claude": "claude", "codex": "gpt-", "gemini": "gemini"}
+
+
+def default_model(cli: str, listed: list[str]) -> str | None:
+    """The model for `cli` when the user names none: `None` keeps the CLI's own default."""
+    vendor = VENDOR_MODELS.get(cli)
+    if vendor is not None and (not listed or any(m.lower().startswith(vendor) for m in listed)):
+        return None
+    return listed[0] if listed else None
 
 
 @dataclass(frozen=True, slots=True)

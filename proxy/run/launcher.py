@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from proxy.run.agents import NEEDS_MODEL, Target, launch
+from proxy.run.agents import VENDOR_MODELS, Target, default_model, launch
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -138,13 +138,22 @@ def proxy_for(options: RunOptions, environ: Mapping[str, str]) -> Iterator[str]:
             yield base
 
 
-def first_model(proxy: str) -> str:
-    """The first model the upstream lists at `/v1/models` (forwarded by the proxy)."""
+def listed_models(proxy: str) -> list[str]:
+    """The models the upstream lists at `/v1/models` (forwarded by the proxy), or none."""
     try:
         listed = httpx.get(f"{proxy}/v1/models", timeout=30).json()
-        return str(listed["data"][0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-        raise RunError(f"no --model given and {proxy}/v1/models lists none: name one with --model") from None
+        return [str(m["id"]) for m in listed["data"]]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return []
+
+
+def choose_model(cli: str, proxy: str) -> str | None:
+    model = default_model(cli, listed_models(proxy))
+    if model is None and cli not in VENDOR_MODELS:
+        raise RunError(f"no --model given and {proxy}/v1/models lists none: name one with --model")
+    if model is not None:
+        say(f"model {model} (the first the upstream lists; --model chooses another)")
+    return model
 
 
 def compacted_window(proxy: str, model: str) -> int | None:
@@ -189,9 +198,7 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
         proxy_for(options, environ) as proxy,
         tempfile.TemporaryDirectory(prefix="compacting-proxy-run-") as tmp,
     ):
-        model = options.model
-        if model is None and options.cli in NEEDS_MODEL:
-            model = first_model(proxy)
+        model = options.model or choose_model(options.cli, proxy)
         window = None
         if options.tell_window and model is not None:
             window = compacted_window(proxy, model)
