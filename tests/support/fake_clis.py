@@ -83,6 +83,7 @@ def save():
 mode = env.get("FAKE_MODE", "exit:0")
 if mode == "wait":
     def on_sigint(signum, frame):
+        time.sleep(1.0)  # a proxy that got the Ctrl-C too has stopped by then
         seen["healthy_after_sigint"] = healthy()
         save()
         sys.exit(130)
