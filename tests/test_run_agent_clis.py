@@ -6,6 +6,7 @@ CLI's exit status comes back, and the user's own config files are byte for byte 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -70,3 +71,17 @@ def test_run_passes_the_clis_failure_status_back(tmp_path: Path) -> None:
     )
     assert direct.returncode != 0
     assert through.returncode == direct.returncode, through.stderr
+
+
+@pytest.mark.parametrize("cli", ["aider", "gemini"])
+def test_the_real_cli_accepts_what_run_gives_it(cli: str, tmp_path: Path) -> None:
+    """aider (PyPI) and Gemini CLI are not in tests/clis: where one is on the PATH, it starts with
+    the flags, variables and settings file `run` gives it (and prints its version)."""
+    if shutil.which(cli) is None:
+        pytest.skip(f"{cli} is not on the PATH")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = user_env(home) | {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    cmd = [*proxy_command(), "run", cli, "--proxy", "http://127.0.0.1:9", "--model", "m", "--", "--version"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
