@@ -41,9 +41,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--run", action="store_true", help="compare telling the CLI the window or not")
+    parser.add_argument(
+        "--window", type=int, action="append", help="with --run: the windows (default: 32000)"
+    )
     args = parser.parse_args()
     if args.run:
-        compare_told_window(args.quick, args.steps or (30 if args.quick else 60))
+        compare_told_window(
+            args.quick, args.steps or (30 if args.quick else 60), tuple(args.window or [32_000])
+        )
         return
     steps = args.steps or (30 if args.quick else 100)
     if args.quick:
@@ -80,9 +85,8 @@ def run_row(r: Run, told: bool) -> str:
     )
 
 
-def compare_told_window(quick: bool, steps: int) -> None:
+def compare_told_window(quick: bool, steps: int, windows: tuple[int, ...]) -> None:
     clients = ("codex", "opencode") if quick else ("claude", "codex", "opencode")
-    windows = (32_000,)
     missing = sorted(c for c in clients if not installed(c))
     if missing:
         sys.exit(f"not installed: {missing}; run: npm install --prefix tests/clis")

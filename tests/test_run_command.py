@@ -5,6 +5,7 @@ deaths as 128 + n, Ctrl-C reaches the CLI and not the proxy, the proxy is gone a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -166,3 +167,58 @@ def test_a_proxy_that_cannot_start_is_reported_with_its_log(user: dict[str, str]
     done = run("claude", ["--window", "-5"], [], user)
     assert done.returncode == 2
     assert "COMPACT_WINDOW" in done.stderr
+
+
+def test_sigterm_to_run_is_passed_to_the_cli(stub: str, user: dict[str, str], tmp_path: Path) -> None:
+    """`kill <run>` (a supervisor, a closed terminal's SIGHUP alike) ends the CLI, then the proxy."""
+    ready = tmp_path / "ready"
+    env = user | {"FAKE_MODE": "wait", "FAKE_READY": str(ready)}
+    cmd = [*proxy_command(), "run", "codex", "--upstream", stub]
+    process = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert ready.exists(), process.stderr.read() if process.stderr else ""
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert proxy_gone(fake_clis.recorded(tmp_path / "seen.json")["root"])
+
+
+def test_an_unreachable_proxy_is_said_and_the_cli_still_runs(user: dict[str, str], tmp_path: Path) -> None:
+    port = free_port()
+    done = run("claude", ["--proxy", f"http://127.0.0.1:{port}"], [], user)
+    assert done.returncode == 0, done.stderr
+    assert f"no answer from http://127.0.0.1:{port}/healthz" in done.stderr
+    assert not fake_clis.recorded(tmp_path / "seen.json")["healthy"]
+
+
+def test_no_proxy_outlives_a_killed_run(stub: str, user: dict[str, str], tmp_path: Path) -> None:
+    """`run` killed outright (SIGKILL: no handler runs) still takes its proxy with it."""
+    ready = tmp_path / "ready"
+    env = user | {"FAKE_MODE": "wait", "FAKE_READY": str(ready)}
+    cmd = [*proxy_command(), "run", "opencode", "--upstream", stub, "--model", "stub"]
+    process = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert ready.exists(), process.stderr.read() if process.stderr else ""
+        process.kill()
+        process.wait()
+        root = fake_clis.recorded(tmp_path / "seen.json")["root"]
+        deadline = time.monotonic() + 15
+        while not proxy_gone(root) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proxy_gone(root)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        # The fake CLI, orphaned by the kill as any CLI would be, is ended here.
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(fake_clis.recorded(tmp_path / "seen.json")["pid"], signal.SIGTERM)

@@ -93,6 +93,7 @@ def child_proxy(options: RunOptions, environ: Mapping[str, str]) -> Iterator[str
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -101,6 +102,15 @@ def child_proxy(options: RunOptions, environ: Mapping[str, str]) -> Iterator[str
         yield base
     finally:
         _stop(process)
+
+
+def _die_with_parent() -> None:
+    """In the proxy child, before exec: SIGTERM when `run` dies, even by SIGKILL, so that no proxy
+    outlives its session (Linux's PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _wait_healthy(base: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
@@ -132,7 +142,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 @contextmanager
 def proxy_for(options: RunOptions, environ: Mapping[str, str]) -> Iterator[str]:
     if options.proxy:
-        yield options.proxy.rstrip("/")
+        base = options.proxy.rstrip("/")
+        try:
+            httpx.get(f"{base}/healthz", timeout=5).raise_for_status()
+        except httpx.HTTPError as exc:
+            say(f"no answer from {base}/healthz ({exc.__class__.__name__}); starting the CLI anyway")
+        yield base
     else:
         with child_proxy(options, environ) as base:
             yield base

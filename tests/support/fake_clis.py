@@ -19,7 +19,7 @@ import json, os, re, signal, sys, time, urllib.request
 name = os.path.basename(sys.argv[0])
 args = sys.argv[1:]
 env = dict(os.environ)
-seen = {"name": name, "argv": args, "env": env, "files": {}}
+seen = {"name": name, "argv": args, "env": env, "files": {}, "pid": os.getpid()}
 
 
 def after(flag):
