@@ -10,9 +10,19 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.support.agent_clis import BIN, CLIENTS, installed, run_command, user_env
+from tests.support.agent_clis import (
+    BIN,
+    CLIENTS,
+    installed,
+    lay_out_tree,
+    model_server,
+    run_command,
+    user_env,
+)
+from tests.support.processes import free_port
 from tests.support.upstreams.proxy_server import proxy_command
 
 pytestmark = [
@@ -85,3 +95,28 @@ def test_the_real_cli_accepts_what_run_gives_it(cli: str, tmp_path: Path) -> Non
     cmd = [*proxy_command(), "run", cli, "--proxy", "http://127.0.0.1:9", "--model", "m", "--", "--version"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_real_aider_asks_through_the_proxy(tmp_path: Path) -> None:
+    """aider (PyPI `aider-chat`), where it is on the PATH: one message through the proxy `run` starts,
+    no price list fetched (a metadata entry for the model), the user's `.aider.conf.yml` untouched."""
+    if shutil.which("aider") is None:
+        pytest.skip("aider is not on the PATH (pip install aider-chat)")
+    home = tmp_path / "home"
+    home.mkdir()
+    conf = home / ".aider.conf.yml"
+    conf.write_text("dark-mode: true\n")
+    tree = lay_out_tree(tmp_path)
+    env = user_env(home) | {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    with model_server(8_000, 3, tree, free_port(), None) as base:
+        cmd = [*proxy_command(), "run", "aider", "--upstream", f"{base}/v1", "--window", "8000"]
+        cmd += ["--", "--message", "say hi", "--yes-always", "--no-git", "--no-pretty", "--no-stream"]
+        done = subprocess.run(
+            cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+        )
+        received = httpx.get(f"{base}/_recorded", timeout=30).json()["received"]
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Model: openai/agent-model" in done.stdout, done.stdout
+    assert [r["path"] for r in received] == ["/v1/chat/completions"]
+    assert "githubusercontent" not in done.stdout + done.stderr, "no price list fetched"
+    assert conf.read_text() == "dark-mode: true\n"

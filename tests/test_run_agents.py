@@ -104,7 +104,9 @@ def test_aider_by_its_flags(tmp_path: Path) -> None:
     metadata = json.loads(Path(argv[argv.index("--model-metadata-file") + 1]).read_text())
     assert metadata["openai/qwen3"]["max_input_tokens"] == 16_000
     assert plan.env == {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": PLACEHOLDER_KEY}
-    assert "--model-metadata-file" not in launch("aider", [], Target(PROXY, "q"), tmp_path, {}).argv
+    untold = launch("aider", [], Target(PROXY, "q"), tmp_path, {}).argv
+    entry = json.loads(Path(untold[untold.index("--model-metadata-file") + 1]).read_text())["openai/q"]
+    assert "max_input_tokens" not in entry, "an entry all the same: aider then fetches no price list"
 
 
 def test_gemini_by_a_system_settings_file_laid_over_the_machines(tmp_path: Path) -> None:

@@ -192,25 +192,20 @@ def aider(args: list[str], target: Target, scratch: Path, environ: Mapping[str, 
         "--no-show-release-notes",
         "--no-show-model-warnings",
     ]
+    # Always a metadata entry for the model: aider otherwise downloads LiteLLM's whole price list
+    # (from GitHub, once a day) to look it up. The window goes in only when it is to be told.
+    entry: dict[str, Any] = {
+        "input_cost_per_token": 0,
+        "output_cost_per_token": 0,
+        "litellm_provider": "openai",
+        "mode": "chat",
+    }
     if target.window:
-        metadata = scratch / "aider-model-metadata.json"
         output = _output_limit(target.window)
-        metadata.write_text(
-            json.dumps(
-                {
-                    model: {
-                        "max_input_tokens": target.window,
-                        "max_tokens": output,
-                        "max_output_tokens": output,
-                        "input_cost_per_token": 0,
-                        "output_cost_per_token": 0,
-                        "litellm_provider": "openai",
-                        "mode": "chat",
-                    }
-                }
-            )
-        )
-        argv += ["--model-metadata-file", str(metadata)]
+        entry |= {"max_input_tokens": target.window, "max_tokens": output, "max_output_tokens": output}
+    metadata = scratch / "aider-model-metadata.json"
+    metadata.write_text(json.dumps({model: entry}))
+    argv += ["--model-metadata-file", str(metadata)]
     # LiteLLM (inside aider) fetches a model price list from GitHub at import unless told not to.
     env = _defaults(environ, {"LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     if not environ.get("OPENAI_API_KEY"):
