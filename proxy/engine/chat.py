@@ -56,6 +56,7 @@ class ChatPlan:
     reply: int | None = None  # the reply limit the request asked for
     reply_field: str = "max_tokens"
     summarized: int = 0  # dropped runs replaced by a summary (level 3)
+    margin: float = 0.0  # what the counter may undercount, as a share: judged against window / (1 + margin)
 
     def headers(self) -> dict[str, str]:
         """`x-compaction-*` response headers, on compacted requests only."""
@@ -115,6 +116,7 @@ class ChatPlan:
             ),
             "counted_by": self.counted_by,
             "calibration_factor": self.factor,
+            "margin": round(self.margin, 4),
             "max_tokens": self.max_tokens,
         }
 
@@ -165,4 +167,5 @@ def plan_chat(
         max_tokens=max_tokens,
         reply=requested,
         reply_field=reply_limit_field(body),
+        margin=margin,
     )
