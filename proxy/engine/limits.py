@@ -30,6 +30,22 @@ def reply_room(body: Body, window: ModelWindow) -> int:
     return requested_reply(body) or window.reply_reserve
 
 
+# Anthropic's rule for extended thinking: 1024 <= `thinking.budget_tokens` < `max_tokens`.
+MIN_THINKING_BUDGET = 1024
+
+
+def thinking_budget(asked: int, max_tokens: int) -> int:
+    """The thinking budget that stays valid beside a reply limit lowered to `max_tokens`: the budget
+    asked for if it is already below it, else three quarters of the reply for thinking and the rest
+    for the answer (a tool call, the reply's words), at least Anthropic's 1,024; 0 when no valid
+    budget fits (a reply limit of 1,024 or less), and thinking is turned off."""
+    if asked < max_tokens:
+        return asked
+    if max_tokens <= MIN_THINKING_BUDGET:
+        return 0
+    return max(MIN_THINKING_BUDGET, min(asked, max_tokens - max(1, max_tokens // 4)))
+
+
 def budget_for(
     body: Body, window: ModelWindow, counter: RequestCounter, *, clamp: bool = False, margin: float = 0.0
 ) -> Budget:
