@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from proxy.engine.limits import MIN_THINKING_BUDGET, thinking_budget
 from tests.support.fakes import RecordingUpstream, proxy_client
+
+MIN_THINKING_BUDGET = 1024  # Anthropic: 1024 <= budget_tokens < max_tokens
 
 
 def anthropic_body(paste_words: int, *, max_tokens: int = 32000, budget: int = 31999) -> dict[str, Any]:
@@ -80,6 +81,8 @@ async def test_a_budget_already_under_the_clamped_limit_is_left_alone() -> None:
     [(31999, 4000, 3000), (31999, 1100, 1024), (31999, 1024, 0), (2000, 4000, 2000), (3000, 3000, 2250)],
 )
 def test_the_budget_rule(asked: int, limit: int, expected: int) -> None:
+    from proxy.engine.limits import thinking_budget
+
     got = thinking_budget(asked, limit)
     assert got == expected
     assert got == 0 or MIN_THINKING_BUDGET <= got < limit
