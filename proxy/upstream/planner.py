@@ -24,10 +24,11 @@ from dataclasses import replace
 from proxy.counting.by_model import tokenizer_for_model
 from proxy.counting.cache import LruCache
 from proxy.counting.calibration import Calibrator
-from proxy.counting.margin import MarginMeter, calibrated_margin
+from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, texts
 from proxy.counting.tokens import RequestCounter, text_of
 from proxy.engine.chat import Body, ChatPlan, plan_chat, validated_messages
 from proxy.engine.compaction import Policy
+from proxy.engine.limits import requested_reply
 from proxy.engine.overflow import Overflow
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
@@ -200,6 +201,14 @@ class Planner:
         text (an English history dropped, a Chinese paste kept), so the line holds for what is sent."""
         if margin is not None:
             return self._engine_plan(body, messages, window, spec, factor, margin)
+        # No tokenizer spends more than a token per UTF-8 byte (4 per character): a request whose text
+        # cannot reach its line or crowd its reply even so needs no measured margin (most requests).
+        bound = 4 * sum(map(len, texts(messages)))
+        if bound <= int(window.window * window.threshold) // 2:
+            plan = self._engine_plan(body, messages, window, spec, factor, MIN_MARGIN)
+            r, room = plan.result, min(plan.budget.limit, window.window - (requested_reply(body) or 0))
+            if not r.changed and plan.max_tokens is None and r.tokens_before + bound <= room:
+                return plan
         margin = calibrated_margin(self.margins.margin(messages), factor)
         plan = self._engine_plan(body, messages, window, spec, factor, margin)
         if plan.result.changed:
