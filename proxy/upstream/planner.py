@@ -21,7 +21,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from proxy.counting.by_model import tokenizer_for_model
 from proxy.counting.cache import LruCache
 from proxy.counting.calibration import Calibrator
 from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, texts
@@ -32,7 +31,7 @@ from proxy.engine.limits import requested_reply
 from proxy.engine.overflow import Overflow
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
-from proxy.upstream.counters import LockedMemo, text_counter
+from proxy.upstream.counters import LockedMemo, ModelTokenizers, text_counter
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
 from proxy.upstream.prompt_reports import PromptReports, Truncation
 
@@ -46,6 +45,9 @@ OFFLOAD_CHARS = 500_000
 # An exact tokenizer reads 5-20 MB/s, 10-30x slower than the estimate: its plans go to a worker
 # thread from a few milliseconds of counting on.
 EXACT_OFFLOAD_CHARS = 25_000
+# An exact count of the text still estimates the chat template around it (a token or two more a
+# message than `MESSAGE_OVERHEAD` in Qwen's, a preamble for the tools): judged with this margin.
+TEMPLATE_MARGIN = 0.02
 MARGIN_STEP = 0.01  # a compacted request's own margin this much above the whole's is planned again
 OFFLOAD_SWITCH_INTERVAL = 0.0005  # seconds
 
@@ -82,7 +84,7 @@ class Planner:
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
         self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE))
         self.margins = MarginMeter()  # the estimate's margin, by what the text is
-        self._loadable: dict[str, bool] = {}  # exact tokenizers named by models: loaded or not
+        self.by_model = ModelTokenizers(settings.tokenizer_by_model)
         self._no_exact_until = 0.0
         self._offloaded = 0  # plans running in worker threads now
         self._switch_interval = sys.getswitchinterval()
@@ -117,7 +119,7 @@ class Planner:
             window = replace(window, stops_at_end=True)
         if (seen := self.seen_windows.get((model, window.requested))) and seen < window.window:
             window = replace(window, window=seen)
-        window = await self._by_model(window, model)
+        window = await self.by_model.window(window, model)
         estimate = "chars4" if window.tokenizer == "chars4" else "estimate"
         factor = self.calibrator.factor(model)
         chars = _chars(messages)
@@ -132,7 +134,9 @@ class Planner:
             return plan
         if window.tokenizer != "upstream":
             exact_offload = chars >= EXACT_OFFLOAD_CHARS
-            return await self._planned(exact_offload, body, messages, window, window.tokenizer, 1.0)
+            return await self._planned(
+                exact_offload, body, messages, window, window.tokenizer, 1.0, TEMPLATE_MARGIN
+            )
         exact = await self.exact.count(body, headers) if self.exact else None
         if not exact:
             return plan
@@ -140,24 +144,6 @@ class Planner:
         self.calibrator.observe(model, round(raw), exact)
         plan = await self._planned(offload, body, messages, window, "estimate", exact / raw)
         return replace(await self._recount(body, plan, headers), counted_by="upstream")
-
-    async def _by_model(self, window: ModelWindow, model: str) -> ModelWindow:
-        """`window` counting with the bundled tokenizer the model's name says it uses, where the
-        count is the default estimate, `tokenizer_by_model` is on, and that tokenizer is installed
-        (loaded once, in a worker thread: a vocabulary takes 0.1-1 s to read)."""
-        if window.tokenizer != "estimate" or not self.settings.tokenizer_by_model:
-            return window
-        spec = tokenizer_for_model(model)
-        if spec is None:
-            return window
-        if (loadable := self._loadable.get(spec)) is None:
-            try:
-                await asyncio.to_thread(text_counter, spec)
-                loadable = True
-            except (RuntimeError, ValueError):
-                loadable = False
-            self._loadable[spec] = loadable
-        return replace(window, tokenizer=spec) if loadable else window
 
     async def _planned(
         self,
