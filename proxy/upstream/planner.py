@@ -33,7 +33,7 @@ from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
 from proxy.upstream.counters import LockedMemo, ModelTokenizers, text_counter
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
-from proxy.upstream.prompt_reports import PromptReports, Truncation
+from proxy.upstream.prompt_reports import PromptReports, Truncation, exact_key
 
 SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
@@ -134,8 +134,9 @@ class Planner:
             return plan
         if window.tokenizer != "upstream":
             exact_offload = chars >= EXACT_OFFLOAD_CHARS
+            factor = max(1.0, self.calibrator.factor(exact_key(model, window.tokenizer)))
             return await self._planned(
-                exact_offload, body, messages, window, window.tokenizer, 1.0, TEMPLATE_MARGIN
+                exact_offload, body, messages, window, window.tokenizer, factor, TEMPLATE_MARGIN
             )
         exact = await self.exact.count(body, headers) if self.exact else None
         if not exact:
