@@ -10,11 +10,16 @@ they are forwarded as they came.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
 
+import anthropic
 import pytest
 
 from tests.support.fakes import RecordingUpstream, proxy_client
+from tests.support.processes import VENV_BIN, free_port, running
 
 MIN_THINKING_BUDGET = 1024  # Anthropic: 1024 <= budget_tokens < max_tokens
 
@@ -86,3 +91,82 @@ def test_the_budget_rule(asked: int, limit: int, expected: int) -> None:
     got = thinking_budget(asked, limit)
     assert got == expected
     assert got == 0 or MIN_THINKING_BUDGET <= got < limit
+
+
+# --- the real process, the Anthropic SDK, an upstream that enforces Anthropic's rule ----------------
+
+
+class _Anthropic(BaseHTTPRequestHandler):
+    """Anthropic's Messages API as far as this rule goes (its documented validation of extended
+    thinking): `thinking.budget_tokens` must be >= 1024 and < `max_tokens`, else 400
+    `invalid_request_error`; otherwise a one-word answer. Every request body is recorded."""
+
+    bodies: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        type(self).bodies.append(body)
+        thinking = body.get("thinking") or {}
+        if thinking.get("type") == "enabled":
+            budget = thinking.get("budget_tokens", 0)
+            problem = (
+                "thinking.budget_tokens: Input should be greater than or equal to 1024"
+                if budget < MIN_THINKING_BUDGET
+                else "`max_tokens` must be greater than `thinking.budget_tokens`"
+                if budget >= body["max_tokens"]
+                else None
+            )
+            if problem:
+                self._send(
+                    400, {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
+                )
+                return
+        self._send(200, anthropic_answer())
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.process
+def test_claude_code_with_thinking_through_the_real_proxy() -> None:
+    """Claude Code's pair (32,000 / 31,999) at a 32k window: the SDK gets its answer, and what the
+    upstream received is a valid pair under the window."""
+    handler = type("Anthropic", (_Anthropic,), {"bodies": []})
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = free_port()
+    env = {
+        "COMPACT_UPSTREAM_URL": f"http://127.0.0.1:{server.server_port}",
+        "COMPACT_UPSTREAM_KIND": "anthropic",
+        "COMPACT_WINDOW": "32768",
+    }
+    args = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--no-access-log"]
+    try:
+        with running(args, ready_url=f"http://127.0.0.1:{port}/healthz", env=env):
+            client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="test", max_retries=0)
+            body = anthropic_body(6000)
+            raw = client.messages.with_raw_response.create(
+                model=body["model"],
+                max_tokens=body["max_tokens"],
+                thinking=body["thinking"],
+                system=body["system"],
+                messages=body["messages"],
+                timeout=60,  # as Claude Code streams; else the SDK asks to stream a 32k reply
+            )
+            answer = raw.parse()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answer.content[0].type == "text"
+    sent = handler.bodies[-1]
+    assert MIN_THINKING_BUDGET <= sent["thinking"]["budget_tokens"] < sent["max_tokens"] < 32000
+    header = raw.headers["x-compaction-max-tokens"]
+    assert header == f"{sent['max_tokens']}; budget_tokens={sent['thinking']['budget_tokens']}"
