@@ -94,6 +94,8 @@ class Settings(BaseSettings):
     fallback_window: int = Field(default=8192, gt=0)
     window_refresh: float = Field(default=600.0, gt=0)
     tokenizer: str = "estimate"
+    # Count exactly where the model's name says which bundled tokenizer it uses (Qwen, GPT, Llama 3).
+    tokenizer_by_model: bool = True
     exact_count_from: float = Field(default=0.5, ge=0)
     calibrate: bool = True
     clamp_max_tokens: bool | Literal["auto"] = "auto"
