@@ -227,12 +227,16 @@ def proxy_available() -> str | None:
     return None
 
 
-def proxy_instance(name: str, upstream_port: int, window: int, extra: str) -> Instance:
+def proxy_instance(name: str, upstream_port: int, window: int, extra: str, code: Path | None = None) -> Instance:
+    """The proxy of this checkout, or with `code` another checkout's `proxy` package on this venv."""
     port = free_port()
+    env = {"COMPACT_UPSTREAM_URL": f"http://{HOST}:{upstream_port}/v1", "COMPACT_WINDOW": str(window)}
+    if code is not None:  # the console script's own folder comes first on sys.path, then PYTHONPATH
+        env["PYTHONPATH"] = str(code)
     return Instance(
         name,
         [str(Path(PYTHON).parent / "compacting-proxy"), "--host", HOST, "--port", str(port), *extra.split()],
-        env={"COMPACT_UPSTREAM_URL": f"http://{HOST}:{upstream_port}/v1", "COMPACT_WINDOW": str(window)},
+        env=env,
         port=port,
     )
 
@@ -573,6 +577,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--large-window", type=int, default=20000, help="COMPACT_WINDOW for the large chat")
     p.add_argument("--small-window", type=int, default=500, help="COMPACT_WINDOW for the small chats")
     p.add_argument("--proxy-args", default="--no-access-log", help="extra compacting-proxy arguments")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="another checkout (e.g. `git archive REV | tar -x -C DIR`), run as the target "
+        "proxy-under-line@<DIR's name> on this venv; may be given more than once",
+    )
     p.add_argument("--out", type=Path, default=HERE / "results")
     args = p.parse_args(argv)
     args.duration = args.duration or (2 if args.quick else 5)
@@ -594,17 +607,20 @@ def build_targets(
         "bare-aiohttp-native": "aiohttp-native",
     }
     proxy_missing = proxy_available() if any(n.startswith("proxy") for n in names) else None
+    baselines = {path.name: path.resolve() for path in args.baseline}
     targets = []
     for name in names:
         if name == "direct":
             targets.append(Target(name, {"*": up}))
         elif name in transports:
             targets.append(Target(name, {"*": bare_instance(name, transports[name], up.port, lifetime)}))
-        elif name == "proxy-under-line":
+        elif name.partition("@")[0] == "proxy-under-line":
             if proxy_missing:
                 notes.append(f"{name} skipped: {proxy_missing}")
                 continue
-            targets.append(Target(name, {"*": proxy_instance(name, up.port, 1_000_000, args.proxy_args)}))
+            code = baselines.get(name.partition("@")[2])
+            instance = proxy_instance(name, up.port, 1_000_000, args.proxy_args, code)
+            targets.append(Target(name, {"*": instance}, note=f"the code of {code}" if code else ""))
         elif name == "proxy-compacting":
             if proxy_missing:
                 notes.append(f"{name} skipped: {proxy_missing}")
@@ -664,6 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         names += [n for n in EXTRA_BARE if n not in names]
     if args.litellm and "litellm" not in names:
         names.append("litellm")
+    names += [f"proxy-under-line@{path.name}" for path in args.baseline]
     bodies = [b for b in args.bodies.split(",") if b]
     clients = [int(c) for c in args.clients.split(",") if c]
     stream_clients = args.stream_clients or None

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -83,7 +84,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.in_head = True  # from the connection's start or a message's end to the next head's end
         self.head_bytes = 0
         self.tail = b""  # the last bytes received: a head's blank line may straddle two reads
-        self.deadline: asyncio.TimerHandle | None = None
+        self.deadline: Callable[[], None] | None = None  # what to do when `deadline_at` passes
+        self.deadline_at = 0.0
+        self.timer: asyncio.TimerHandle | None = None  # fires at or before `deadline_at`
         self.in_body = False
         self.body_left: int | None = None  # of a body with a Content-Length; None when chunked
         self.body_bytes = 0
@@ -107,6 +110,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self.timer is not None:
+            self.timer.cancel()
         self._stop_rate_check()
         self.backlog = b""
         if self.probe_only:
@@ -148,7 +153,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.in_head = True
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        """uvicorn's, with the keep-alive timeout one of this protocol's deadlines: no timer is made
+        and cancelled for each request (a kept-alive connection's timer fires every few seconds)."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif self.in_head and self.head_bytes == 0:
+            self._arm(self.timeout_keep_alive, self._keep_alive_ended)
+        elif self.in_head:  # the next head began while this answer was under way
+            self._arm(self.header_timeout, self._head_timed_out)
         if self.backlog and not self.releasing and not self._queue_full():
             self.releasing = True
             self.loop.call_soon(self._release)
@@ -195,7 +212,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def _receive(self, data: bytes) -> None:
         if self.in_head and not self.transport.is_closing():
             idle = self.cycle is None or self.cycle.response_complete  # not an answer under way
-            if self.deadline is None and idle:  # the first byte of a head on a kept-alive connection
+            if self.deadline != self._head_timed_out and idle:  # a kept-alive connection's next head
                 self._arm(self.header_timeout, self._head_timed_out)
             end = (self.tail + data).find(HEAD_END)
             self.head_bytes += len(data) if end < 0 else max(0, end + len(HEAD_END) - len(self.tail))
@@ -221,14 +238,32 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     # --- deadlines ------------------------------------------------------------------------------------
 
-    def _arm(self, seconds: float, callback: Any) -> None:
-        self._disarm()
-        self.deadline = self.loop.call_later(seconds, callback)
+    def _arm(self, seconds: float, callback: Callable[[], None]) -> None:
+        """Run `callback` in `seconds` unless disarmed or re-armed first. The timer is moved only
+        when it would fire too late: deadlines mostly move later, and the timer then catches up."""
+        self.deadline, self.deadline_at = callback, self.loop.time() + seconds
+        if self.timer is not None and self.timer.when() > self.deadline_at:
+            self.timer.cancel()
+            self.timer = None
+        if self.timer is None:
+            self.timer = self.loop.call_at(self.deadline_at, self._on_timer)
 
     def _disarm(self) -> None:
-        if self.deadline is not None:
-            self.deadline.cancel()
-            self.deadline = None
+        self.deadline = None
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        if self.deadline is None:
+            return
+        if self.loop.time() < self.deadline_at:  # the deadline moved on since the timer was set
+            self.timer = self.loop.call_at(self.deadline_at, self._on_timer)
+            return
+        callback, self.deadline = self.deadline, None
+        callback()
+
+    def _keep_alive_ended(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def _stop_rate_check(self) -> None:
         if self.rate_check is not None:
@@ -236,13 +271,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.rate_check = None
 
     def _head_timed_out(self) -> None:
-        self.deadline = None
         if not self.transport.is_closing():
             message = f"The request head was not complete within {self.header_timeout:g} seconds."
             self.send_error(408, message, "request_timeout")
 
     def _body_timed_out(self) -> None:
-        self.deadline = None
         if self.transport.is_closing() or not self.in_body:
             return
         if self.flow.read_paused:  # the proxy is not reading: the client is not the one waiting
