@@ -50,7 +50,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks import chat_bodies, ttfb
+from benchmarks import ab, chat_bodies, ttfb
 
 HERE = Path(__file__).resolve().parent
 
@@ -227,7 +227,9 @@ def proxy_available() -> str | None:
     return None
 
 
-def proxy_instance(name: str, upstream_port: int, window: int, extra: str, code: Path | None = None) -> Instance:
+def proxy_instance(
+    name: str, upstream_port: int, window: int, extra: str, code: Path | None = None
+) -> Instance:
     """The proxy of this checkout, or with `code` another checkout's `proxy` package on this venv."""
     port = free_port()
     env = {"COMPACT_UPSTREAM_URL": f"http://{HOST}:{upstream_port}/v1", "COMPACT_WINDOW": str(window)}
@@ -519,6 +521,9 @@ def report(res: dict[str, Any]) -> str:
     for note in res["notes"]:
         lines.append(f"- note: {note}")
 
+    against = ab.baseline_lines(res)
+    if against:
+        lines += ["", "## Against the baselines (--baseline)", "", *against]
     goals = goal_lines(res)
     if goals:
         lines += ["", "## Goals (issue 6)", "", *goals]
@@ -741,6 +746,7 @@ def main(argv: list[str] | None = None) -> int:
                 shift = rnd % max(len(live), 1)
                 for t in live[shift:] + live[:shift]:
                     inst = t.for_body(cell.body)
+                    cpu = ab.cpu_seconds(inst.pid)
                     r = run_wrk(
                         inst.port,
                         body_paths[cell.body],
@@ -748,6 +754,9 @@ def main(argv: list[str] | None = None) -> int:
                         args.duration,
                         timeout=args.duration + 90,
                     )
+                    after = ab.cpu_seconds(inst.pid)
+                    if "error" not in r and cpu is not None and after is not None and r["requests"]:
+                        r["cpu_us"] = (after - cpu) / r["requests"] * 1e6
                     raw[t.name].setdefault(cell.key, []).append(r)
                     settle(inst, small_body)
                     print(
