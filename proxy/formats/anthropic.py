@@ -122,7 +122,7 @@ class AnthropicMessages:
         by the proxy for a server that does not."""
         if body.get("context_management") is None:
             return body
-        return apply_context_edits(body, _prompt_estimate)
+        return apply_context_edits(body, _prompt_estimate, _part_estimate)
 
     def stream_error_event(self, message: str) -> bytes:
         """Anthropic's `error` event, on which its SDK raises."""
@@ -257,3 +257,7 @@ def _last_usage(tail: bytes) -> dict[str, Any] | None:
 
 def _prompt_estimate(body: Body) -> int:
     return estimate_text_tokens(json_text({k: body.get(k) for k in ("system", "messages", "tools")}))
+
+
+def _part_estimate(part: object) -> int:
+    return estimate_text_tokens(json_text(part))
