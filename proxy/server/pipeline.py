@@ -9,7 +9,6 @@ steps, in the order a request takes them. `compact_and_forward` is the whole com
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -77,7 +76,11 @@ class Pipeline:
         raw = await self.read(request)
         body = await self.decode(raw)
         path = route.upstream or raw_path(request)
-        body, raw, conversation = self.adapt(route.format, body, raw, request.path_params)
+        if len(raw) >= OFFLOAD_BYTES:  # a large body is read item by item in a worker thread too
+            adapted = await self.planner.in_thread(self.adapt, route.format, body, raw, request.path_params)
+        else:
+            adapted = self.adapt(route.format, body, raw, request.path_params)
+        body, raw, conversation = adapted
         if conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(request, path, raw, route))
         plan, bridge = await self.plan(request, route, body, conversation)
@@ -93,7 +96,7 @@ class Pipeline:
     async def decode(self, raw: bytes) -> dict[str, Any]:
         # A large body is parsed in a worker thread, like its plan: other clients are served meanwhile.
         if len(raw) >= OFFLOAD_BYTES:
-            return await asyncio.to_thread(parse_json_object, raw)
+            return await self.planner.in_thread(parse_json_object, raw)
         return parse_json_object(raw)
 
     def adapt(

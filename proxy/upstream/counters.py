@@ -56,3 +56,7 @@ class LockedMemo:
 
     def __len__(self) -> int:
         return len(self.memo)
+
+    @property
+    def bytes(self) -> int:
+        return self.memo.bytes

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any, TypeVar
 
 from proxy.counting.cache import LruCache
 from proxy.counting.calibration import Calibrator
@@ -34,6 +35,8 @@ from proxy.upstream.counters import LockedMemo, text_counter
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
 from proxy.upstream.prompt_reports import PromptReports, Truncation
 
+T = TypeVar("T")
+
 SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
 NOTE_MEMO_SIZE = 4096
@@ -41,6 +44,9 @@ NOTE_MEMO_SIZE = 4096
 # 50 ms here, a warm one 5 ms, so the hop (0.1-0.3 ms) is a few percent of it; smaller requests stay on
 # the loop, where the hop would cost more than it frees (`benchmarks/bench_planning.py`).
 OFFLOAD_CHARS = 500_000
+# ... and so are requests of this many messages, whatever their text: 200,000 empty function calls
+# are seconds of work per step (reading, sizing, planning), all of it per item.
+OFFLOAD_ITEMS = 2_000
 OFFLOAD_SWITCH_INTERVAL = 0.0005  # seconds
 
 
@@ -69,7 +75,7 @@ class Planner:
         # The windows the upstream was seen cutting at (`reports` writes them): every plan reads them.
         self.seen_windows = self.reports.seen_windows
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
-        self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE))
+        self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE, settings.memo_bytes))
         self._no_exact_until = 0.0
         self._offloaded = 0  # plans running in worker threads now
         self._switch_interval = sys.getswitchinterval()
@@ -106,8 +112,9 @@ class Planner:
             window = replace(window, window=seen)
         estimate = "chars4" if window.tokenizer == "chars4" else "estimate"
         factor = self.calibrator.factor(model)
-        size = text_size(messages)
-        offload = size.chars >= OFFLOAD_CHARS
+        many = len(messages) >= OFFLOAD_ITEMS
+        size = await self.in_thread(text_size, messages) if many else text_size(messages)
+        offload = many or size.chars >= OFFLOAD_CHARS
         # The estimate's measured error for this kind of text: judged against the window less it.
         margin = (
             estimate_margin(size, calibrated=self.calibrator.calibrated(model))
@@ -144,15 +151,20 @@ class Planner:
         that would otherwise keep every other client of this process waiting."""
         if not offload:
             return self._plan(body, messages, window, spec, factor, margin)
-        # The worker holds the GIL while it plans; the event loop gets it back only every switch
-        # interval, after each socket call of another client's request: a shorter one while a plan
-        # runs keeps those requests quick (5 ms, Python's default, added up to 50 ms per /healthz).
+        return await self.in_thread(self._plan, body, messages, window, spec, factor, margin)
+
+    async def in_thread(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` in a worker thread (a large request's parsing, reading or plan).
+
+        The worker holds the GIL while it works; the event loop gets it back only every switch
+        interval, after each socket call of another client's request: a shorter one while a worker
+        runs keeps those requests quick (5 ms, Python's default, added up to 50 ms per /healthz)."""
         if self._offloaded == 0:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(OFFLOAD_SWITCH_INTERVAL)
         self._offloaded += 1
         try:
-            return await asyncio.to_thread(self._plan, body, messages, window, spec, factor, margin)
+            return await asyncio.to_thread(work, *args)
         finally:
             self._offloaded -= 1
             if self._offloaded == 0:
