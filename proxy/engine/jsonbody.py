@@ -33,18 +33,24 @@ _INT_DIGITS = 18  # an integer of this many digits or fewer fits in 64 bits
 
 def _scan(value: Any) -> tuple[int, bool]:
     """How deep a parsed value nests, and whether it holds a number beyond 64 bits (one walk of the
-    containers, no recursion; it stops past `MAX_JSON_DEPTH`)."""
+    containers, no recursion; it stops past `MAX_JSON_DEPTH`). Only containers are stacked: the
+    scalars of one are looked at in its own loop."""
+    if not isinstance(value, dict | list):
+        return 0, type(value) is float and not -_HUGE < value < _HUGE
     stack = [(value, 1)]
     deepest, huge = 0, False
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
+        if depth > deepest:
+            deepest = depth
             if deepest > MAX_JSON_DEPTH:
                 break
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-        elif type(item) is float and not -_HUGE < item < _HUGE:
-            huge = True
+        for child in item.values() if isinstance(item, dict) else item:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append((child, depth + 1))
+            elif kind is float and not -_HUGE < child < _HUGE:
+                huge = True
     return deepest, huge
 
 

@@ -48,11 +48,14 @@ def apply_context_edits(body: Body, count_tokens: Callable[[Body], int], count_p
         return body
     prompt = _Prompt(body, count_tokens)
     edited = messages
-    for edit in edits:
+    where: list[tuple[int, int, bool]] | None = None  # the tool blocks, found once
+    for edit in dict.fromkeys(edits):  # an edit repeated changes nothing more
         if isinstance(edit, ClearThinking):
             edited, cleared = _clear_thinking(edited, edit, count_part)
+            where = None if cleared else where  # blocks moved
         else:
-            edited, cleared = _clear_tool_uses(edited, edit, prompt, count_part)
+            where = _tool_blocks(edited) if where is None else where
+            edited, cleared = _clear_tool_uses(edited, edit, prompt, count_part, where)
         prompt.shrink(cleared)
     return body if edited is messages else {**body, "messages": edited}
 
@@ -105,24 +108,38 @@ def _clear_thinking(messages: list[Any], edit: ClearThinking, count_part: Count)
     return (out, cleared) if changed else (messages, 0)
 
 
+def _tool_blocks(messages: list[Any]) -> list[tuple[int, int, bool]]:
+    """Where the tool blocks are: (message, block, whether a `tool_use` of the assistant's, else a
+    `tool_result`), found once for all the edits that clear tool uses."""
+    found = []
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        assistant = message.get("role") == "assistant"
+        for b, block in enumerate(content):
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "tool_result" or (kind == "tool_use" and assistant):
+                found.append((i, b, kind == "tool_use"))
+    return found
+
+
 def _clear_tool_uses(
-    messages: list[Any], edit: ClearToolUses, prompt: _Prompt, count_part: Count
+    messages: list[Any],
+    edit: ClearToolUses,
+    prompt: _Prompt,
+    count_part: Count,
+    where: list[tuple[int, int, bool]],
 ) -> tuple[list[Any], int]:
     """Once the prompt passes `trigger` (input tokens, or tool uses), replace the results of all but
     the last `keep` tool uses with a placeholder, oldest first, sparing `exclude_tools`; also their
     inputs with `clear_tool_inputs`; not at all if that clears fewer than `clear_at_least` tokens.
-    The tokens cleared, counted on the changed blocks only."""
+    The tokens cleared, counted on the changed blocks only; `where` the tool blocks."""
     uses: list[tuple[str, str]] = []  # id, tool name
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list) and message.get("role") == "assistant":
-            for block in content:
-                if (
-                    isinstance(block, dict)
-                    and block.get("type") == "tool_use"
-                    and isinstance(block.get("id"), str)
-                ):
-                    uses.append((block["id"], str(block.get("name"))))
+    for i, b, is_use in where:
+        block = messages[i]["content"][b]
+        if is_use and isinstance(block.get("id"), str):
+            uses.append((block["id"], str(block.get("name"))))
     if edit.trigger_kind == "tool_uses":
         if len(uses) <= edit.trigger:
             return messages, 0
@@ -137,31 +154,28 @@ def _clear_tool_uses(
     if not cleared:
         return messages, 0
     out = list(messages)
+    copied: set[int] = set()
     tokens = 0
-    for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
+    for i, b, is_use in where:
+        block = out[i]["content"][b]
+        if not is_use and block.get("tool_use_id") in cleared:
+            if block.get("content") == CLEARED_RESULT:
+                continue
+            new = {**block, "content": CLEARED_RESULT}
+        elif (
+            is_use
+            and (name := cleared.get(str(block.get("id")))) is not None
+            and (edit.clear_all_inputs or name in edit.input_tools)
+            and block.get("input") != {}
+        ):
+            new = {**block, "input": {}}
+        else:
             continue
-        blocks = list(content)
-        changed = False
-        for b, block in enumerate(content):
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "tool_result" and block.get("tool_use_id") in cleared:
-                blocks[b] = {**block, "content": CLEARED_RESULT}
-            elif (
-                block.get("type") == "tool_use"
-                and (name := cleared.get(str(block.get("id")))) is not None
-                and (edit.clear_all_inputs or name in edit.input_tools)
-            ):
-                blocks[b] = {**block, "input": {}}
-            else:
-                continue
-            if blocks[b] != block:
-                tokens += count_part(block) - count_part(blocks[b])
-                changed = True
-        if changed:
-            out[i] = {**message, "content": blocks}
-    if edit.clear_at_least and tokens < edit.clear_at_least:
+        tokens += count_part(block) - count_part(new)
+        if i not in copied:  # the message and its blocks copied once, the client's own left alone
+            out[i] = {**out[i], "content": list(out[i]["content"])}
+            copied.add(i)
+        out[i]["content"][b] = new
+    if not copied or (edit.clear_at_least and tokens < edit.clear_at_least):
         return messages, 0
     return out, tokens
