@@ -386,9 +386,11 @@ def test_4_integers_past_64_bits_are_counted_exactly_and_forwarded() -> None:
 # --- 8: notes on huge JSON results are bounded like text notes -------------------------------------
 
 
-def chat_with_result(result: str) -> bytes:
-    """A chat whose old tool result is `result`, then enough recent turns that it is noted."""
+def chat_with_result(result: str, later: str = "") -> bytes:
+    """A chat whose tool result is `result`, then four more turns, the first of them saying `later`."""
     messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "a task"},
+        {"role": "assistant", "content": "on it"},
         {"role": "user", "content": "read it"},
         {
             "role": "assistant",
@@ -398,7 +400,7 @@ def chat_with_result(result: str) -> bytes:
         {"role": "tool", "tool_call_id": "c1", "content": result},
     ]
     for turn in range(4):
-        messages.append({"role": "user", "content": f"next {turn}"})
+        messages.append({"role": "user", "content": f"next {turn} {later if turn == 0 else ''}"})
         messages.append({"role": "assistant", "content": f"done {turn}"})
     return json.dumps({"model": "m", "messages": messages}).encode()
 
@@ -406,42 +408,49 @@ def chat_with_result(result: str) -> bytes:
 @pytest.mark.process
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "result",
+    ("result", "window", "later"),
     [
-        "[" + ",".join(["[]"] * 1_333_000) + "]",  # 4 MB
-        json.dumps({f"key{i}": i for i in range(60_000)}),  # a flat 1 MB object
+        ("[" + ",".join(["[]"] * 1_333_000) + "]", 4_000_000, 580_000),  # 4 MB, 1.7M tokens
+        (json.dumps({f"key{i}": i for i in range(60_000)}), 1_000_000, 150_000),  # a flat 1 MB object
     ],
     ids=["4MB-empty-lists", "1MB-flat-object"],
 )
-def test_8_notes_on_huge_json_results_do_not_freeze_the_proxy(result: str) -> None:
-    content = chat_with_result(result)
-    with upstream_and_proxy(COMPACT_WINDOW="200000", COMPACT_KEEP_RECENT_TURNS="2") as (hostile, proxy):
+def test_8_notes_on_huge_json_results_do_not_freeze_the_proxy(result: str, window: int, later: int) -> None:
+    # The result fits the window when it comes; a long message after it does not: it is noted.
+    content = chat_with_result(result, later="a long message. " * later)
+    with upstream_and_proxy(COMPACT_WINDOW=str(window), COMPACT_KEEP_RECENT_TURNS="1") as (hostile, proxy):
         with health_during(proxy) as health:
             for _ in range(2):
-                response, took = timed_post(proxy.base_url + "/v1/chat/completions", content)
+                response, _ = timed_post(proxy.base_url + "/v1/chat/completions", content)
                 assert response.status_code == 200, response.text[:300]
         health.check()
         sent = json.loads(hostile.seen[-1].body)
-        assert sent["messages"][2]["content"].startswith("[Truncated"), sent["messages"][2]["content"][:200]
+        assert sent["messages"][4]["content"].startswith("[Truncated"), sent["messages"][4]["content"][:200]
 
 
 # --- 9: 200,000 items are read and planned off the event loop --------------------------------------
+
+
+def function_calls(calls: int) -> bytes:
+    """A Responses body of `calls` function calls, each answered (built apart: the objects of this
+    process are gone before /healthz is timed)."""
+    items: list[dict[str, Any]] = []
+    for i in range(calls):
+        items.append({"type": "function_call", "call_id": f"call_{i}", "name": "f", "arguments": "{}"})
+        items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": "ok"})
+    items.append({"role": "user", "content": "and now?"})
+    return json.dumps({"model": "m", "input": items}).encode()
 
 
 @pytest.mark.process
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_9_two_hundred_thousand_function_calls_do_not_freeze_the_proxy() -> None:
-    items: list[dict[str, Any]] = []
-    for i in range(100_000):
-        items.append({"type": "function_call", "call_id": f"call_{i}", "name": "f", "arguments": "{}"})
-        items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": "ok"})
-    items.append({"role": "user", "content": "and now?"})
-    content = json.dumps({"model": "m", "input": items}).encode()  # ~15 MB
+    content = function_calls(100_000)  # 200,000 items, ~15 MB
     env = {"COMPACT_MAX_MESSAGES": "300000", "COMPACT_WINDOW": "4000000"}
     with upstream_and_proxy(**env) as (hostile, proxy):
         with health_during(proxy) as health:
-            response, took = timed_post(proxy.base_url + "/v1/responses", content)
+            response, _ = timed_post(proxy.base_url + "/v1/responses", content)
             assert response.status_code == 200, response.text[:300]
         health.check()
         assert hostile.seen[-1].body == content

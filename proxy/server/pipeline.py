@@ -88,7 +88,12 @@ class Pipeline:
         self.check_overflow(route.format, body, conversation, plan)
         self.log_plan(raw, plan)
         exchange = Exchange(route, path, raw, body, conversation, bridge)
-        return await until_disconnect(request, self.send_compacted(request, exchange, plan))
+        response = await until_disconnect(request, self.send_compacted(request, exchange, plan))
+        if len(raw) >= OFFLOAD_BYTES:  # its million objects freed off the loop, a few at a time
+            big = [body, conversation.request, conversation.sources, plan.result.messages]
+            del body, conversation, plan, exchange
+            self.planner.offloader.release(big)
+        return response
 
     async def read(self, request: Request) -> bytes:
         return await read_json_body(request, self.settings.max_body_bytes)

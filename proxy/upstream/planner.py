@@ -15,8 +15,6 @@ the retry after an overflow (`harder`), and what the answer reports (`learn`).
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -32,6 +30,7 @@ from proxy.engine.overflow import Overflow
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
 from proxy.upstream.counters import LockedMemo, text_counter
+from proxy.upstream.offload import Offloader
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
 from proxy.upstream.prompt_reports import PromptReports, Truncation
 
@@ -47,7 +46,6 @@ OFFLOAD_CHARS = 500_000
 # ... and so are requests of this many messages, whatever their text: 200,000 empty function calls
 # are seconds of work per step (reading, sizing, planning), all of it per item.
 OFFLOAD_ITEMS = 2_000
-OFFLOAD_SWITCH_INTERVAL = 0.0005  # seconds
 
 
 def _spec(plan: ChatPlan) -> str:
@@ -77,8 +75,7 @@ class Planner:
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
         self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE, settings.memo_bytes))
         self._no_exact_until = 0.0
-        self._offloaded = 0  # plans running in worker threads now
-        self._switch_interval = sys.getswitchinterval()
+        self.offloader = Offloader()
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
         self.policy = Policy(
@@ -100,7 +97,9 @@ class Planner:
         """Count with the calibrated estimate; near the line, count again with the configured
         tokenizer (a local one, or the upstream's `/tokenize`). `window_tokens` is a window the
         request itself sets (Ollama's `options.num_ctx`), which is what the server will use."""
-        messages = validated_messages(body)
+        listed = body.get("messages")
+        many = isinstance(listed, list) and len(listed) >= OFFLOAD_ITEMS
+        messages = await self.in_thread(validated_messages, body) if many else validated_messages(body)
         model = str(body.get("model") or "")
         # A window the request sets needs no asking.
         window = self.settings.window_for(model) if window_tokens else await self.window(model, headers)
@@ -112,7 +111,6 @@ class Planner:
             window = replace(window, window=seen)
         estimate = "chars4" if window.tokenizer == "chars4" else "estimate"
         factor = self.calibrator.factor(model)
-        many = len(messages) >= OFFLOAD_ITEMS
         size = await self.in_thread(text_size, messages) if many else text_size(messages)
         offload = many or size.chars >= OFFLOAD_CHARS
         # The estimate's measured error for this kind of text: judged against the window less it.
@@ -154,21 +152,9 @@ class Planner:
         return await self.in_thread(self._plan, body, messages, window, spec, factor, margin)
 
     async def in_thread(self, work: Callable[..., T], *args: Any) -> T:
-        """`work(*args)` in a worker thread (a large request's parsing, reading or plan).
-
-        The worker holds the GIL while it works; the event loop gets it back only every switch
-        interval, after each socket call of another client's request: a shorter one while a worker
-        runs keeps those requests quick (5 ms, Python's default, added up to 50 ms per /healthz)."""
-        if self._offloaded == 0:
-            self._switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(OFFLOAD_SWITCH_INTERVAL)
-        self._offloaded += 1
-        try:
-            return await asyncio.to_thread(work, *args)
-        finally:
-            self._offloaded -= 1
-            if self._offloaded == 0:
-                sys.setswitchinterval(self._switch_interval)
+        """`work(*args)` in a worker thread (a large request's parsing, reading or plan), the loop
+        kept responsive (`proxy.upstream.offload`)."""
+        return await self.offloader.run(work, *args)
 
     def _plan(
         self,
