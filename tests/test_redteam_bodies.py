@@ -27,7 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.engine.jsonbody import dump_json
+from proxy.counting.cache import LruCache
+from proxy.engine.jsonbody import dump_json, parse_json_object
+from proxy.upstream import offload
 from proxy.server.app import create_app
 from tests.support.fakes import completion, make_settings
 from tests.test_redteam import Hostile, Proxy, Seen, _Handler, hostile_upstream, proxy_for
@@ -497,6 +499,7 @@ def test_7_many_distinct_large_results_at_a_1m_window_stay_under_300_mb() -> Non
             hostile.seen.clear()
         memo_bytes = proxy.metric('compacting_proxy_table_bytes{table="notes"}')
         rss_mb = proxy.rss_kb() / 1024
+    print(f"row 7: RSS {start_kb / 1024:.0f} -> {rss_mb:.0f} MB, notes memo {memo_bytes / 2**20:.1f} MiB")
     assert memo_bytes <= 64 * 1024 * 1024
     assert rss_mb < 300, (
         f"RSS {rss_mb:.0f} MB after 90 distinct 4.4 MB results (from {start_kb / 1024:.0f} MB)"
@@ -526,3 +529,31 @@ def test_11_percent_encoded_paths_reach_the_upstream_as_sent() -> None:
         for path in ["/v1/%2e%2e/admin", "/v1/files/%2E%2E/x", "/v1/../admin"]:  # traversal stays refused
             assert raw_get(proxy, path) == 400, path
         assert not hostile.seen
+
+
+# --- in-process checks of the pieces ----------------------------------------------------------------
+
+
+def test_3_kept_numbers_are_written_back_as_sent_beside_a_lone_surrogate() -> None:
+    raw = b'{"a":"\\ud800","n":[1e4000,-1E+999],"m":100000000000000000000000,"f":1.5}'
+    body = parse_json_object(raw)
+    assert dump_json(body) == raw
+    assert dump_json({**body, "a": "x"}) == raw.replace(b"\\ud800", b"x")
+
+
+def test_7_a_memo_is_bounded_by_bytes() -> None:
+    memo = LruCache(4096, max_bytes=1024 * 1024)
+    for n in range(100):
+        memo.put(("cap", n, "tool"), f"{n}" + "x" * 100_000)
+    assert memo.bytes <= 1024 * 1024
+    assert len(memo) == 10
+    assert memo.get(("cap", 99, "tool")) is not None and memo.get(("cap", 0, "tool")) is None
+    memo.put("huge", "y" * 2 * 1024 * 1024)  # larger than the whole bound: not kept
+    assert memo.get("huge") is None and memo.bytes <= 1024 * 1024
+
+
+def test_9_dismantle_frees_only_what_nothing_else_holds() -> None:
+    shared = {"kept": [1, 2, 3]}
+    body = {"input": [{"a": [1, 2]}, shared], "model": "m"}
+    offload.dismantle([body])
+    assert shared == {"kept": [1, 2, 3]}  # still referred to here: left whole
