@@ -385,8 +385,27 @@ def test_3_huge_exponents_are_forwarded_as_sent_at_an_ordinary_cost() -> None:
         assert took <= 3 * control + 0.1, f"{took:.3f} s for huge numbers, {control:.3f} s for ordinary ones"
 
 
+def counting_upstream(hostile: Hostile) -> None:
+    """llama.cpp's `/tokenize` (of a prompt; a chat's messages get 404, as from llama-server) and
+    `/apply-template`, for `COMPACT_TOKENIZER=upstream` (as `tests/test_redteam.py` scripts them)."""
+
+    def tokenize(h: _Handler, seen: Seen) -> None:
+        body = json.loads(seen.body)
+        if "content" not in body:
+            h.json(404, {"error": "messages are not tokenized here"})
+        else:
+            h.json(200, {"tokens": [1] * (len(body["content"]) // 3)})
+
+    def apply_template(h: _Handler, seen: Seen) -> None:
+        body = json.loads(seen.body)
+        h.json(200, {"prompt": "\n".join(str(m.get("content")) for m in body.get("messages", []))})
+
+    hostile.routes.update({"/tokenize": tokenize, "/apply-template": apply_template})
+
+
 @pytest.mark.process
-def test_4_integers_past_64_bits_are_counted_exactly_and_forwarded() -> None:
+@pytest.mark.parametrize("tokenizer", ["upstream", "cl100k_base"])
+def test_4_integers_past_64_bits_are_counted_exactly_and_forwarded(tokenizer: str) -> None:
     big = 10**30
     history: list[dict[str, Any]] = [{"role": "system", "content": "You help."}]
     for turn in range(12):
@@ -394,14 +413,19 @@ def test_4_integers_past_64_bits_are_counted_exactly_and_forwarded() -> None:
         history.append({"role": "assistant", "content": f"answer {turn} " + "wheels are round " * 200})
     history.append({"role": "user", "content": "the last one", "x_ids": [big, -big]})
     raw = json.dumps({"model": "m", "messages": history, "seed": big, "max_tokens": 64}).encode()
-    with upstream_and_proxy(COMPACT_WINDOW="4096", COMPACT_TOKENIZER="cl100k_base") as (hostile, proxy):
-        response, _ = timed_post(proxy.base_url + "/v1/chat/completions", raw)
-        assert response.status_code == 200, response.text[:500]
-        assert response.headers.get("x-compaction-tokens-before"), response.headers
-        sent = hostile.seen[-1].body
-        assert b'"seed":1000000000000000000000000000000' in sent
-        assert b'"x_ids":[1000000000000000000000000000000,-1000000000000000000000000000000]' in sent
-        assert len(json.loads(sent)["messages"]) < len(history)  # compacted
+    with hostile_upstream() as hostile:
+        answer_all(hostile)
+        counting_upstream(hostile)
+        with proxy_for(hostile.url, COMPACT_WINDOW="4096", COMPACT_TOKENIZER=tokenizer) as proxy:
+            response, _ = timed_post(proxy.base_url + "/v1/chat/completions", raw)
+            assert response.status_code == 200, response.text[:500]
+            assert response.headers.get("x-compaction-tokens-before"), response.headers
+    sent = [s.body for s in hostile.seen if s.path == "/v1/chat/completions"][-1]
+    assert b'"seed":1000000000000000000000000000000' in sent
+    assert b'"x_ids":[1000000000000000000000000000000,-1000000000000000000000000000000]' in sent
+    assert len(json.loads(sent)["messages"]) < len(history)  # compacted
+    if tokenizer == "upstream":
+        assert any(s.path == "/tokenize" for s in hostile.seen)
 
 
 # --- 8: notes on huge JSON results are bounded like text notes -------------------------------------
@@ -482,6 +506,17 @@ def test_9_two_hundred_thousand_function_calls_do_not_freeze_the_proxy() -> None
 # --- 7: memos are bounded by bytes ------------------------------------------------------------------
 
 
+def loop_with_result(result: str) -> bytes:
+    """An agent loop's call whose latest tool result, not yet read by the model, is `result`."""
+    call = {"id": "c1", "type": "function", "function": {"name": "build", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "build it"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
+    ]
+    return json.dumps({"model": "m", "messages": messages}).encode()
+
+
 @pytest.mark.process
 @pytest.mark.slow
 @pytest.mark.timeout(900)
@@ -492,7 +527,7 @@ def test_7_many_distinct_large_results_at_a_1m_window_stay_under_300_mb() -> Non
         start_kb = proxy.rss_kb()
         for n in range(90):
             line = f"request {n}: step ok, value {n * 7919} and some words of a log line\n"
-            content = chat_with_result(line * (4_400_000 // len(line)))
+            content = loop_with_result(line * (4_400_000 // len(line)))
             response, _ = timed_post(proxy.base_url + "/v1/chat/completions", content)
             assert response.status_code == 200, response.text[:300]
             hostile.seen.clear()
