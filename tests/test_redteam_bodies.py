@@ -31,7 +31,7 @@ from proxy.counting.cache import LruCache
 from proxy.engine.jsonbody import dump_json, parse_json_object
 from proxy.server.app import create_app
 from tests.support.fakes import completion, make_settings
-from tests.test_redteam import Hostile, Proxy, Seen, _Handler, hostile_upstream, proxy_for
+from tests.support.hostile import Hostile, Proxy, ScriptedHandler, Seen, hostile_upstream, proxy_for
 
 HEALTH_SLACK_S = 0.050
 
@@ -39,13 +39,13 @@ HEALTH_SLACK_S = 0.050
 def answer_all(hostile: Hostile) -> None:
     """The upstream answers each API with a small, valid answer of its own shape."""
 
-    def chat(h: _Handler, seen: Seen) -> None:
+    def chat(h: ScriptedHandler, seen: Seen) -> None:
         h.json(200, completion("ok"))
 
-    def messages(h: _Handler, seen: Seen) -> None:
+    def messages(h: ScriptedHandler, seen: Seen) -> None:
         h.json(200, anthropic_message())
 
-    def responses(h: _Handler, seen: Seen) -> None:
+    def responses(h: ScriptedHandler, seen: Seen) -> None:
         h.json(
             200,
             {
@@ -389,14 +389,14 @@ def counting_upstream(hostile: Hostile) -> None:
     """llama.cpp's `/tokenize` (of a prompt; a chat's messages get 404, as from llama-server) and
     `/apply-template`, for `COMPACT_TOKENIZER=upstream` (as `tests/test_redteam.py` scripts them)."""
 
-    def tokenize(h: _Handler, seen: Seen) -> None:
+    def tokenize(h: ScriptedHandler, seen: Seen) -> None:
         body = json.loads(seen.body)
         if "content" not in body:
             h.json(404, {"error": "messages are not tokenized here"})
         else:
             h.json(200, {"tokens": [1] * (len(body["content"]) // 3)})
 
-    def apply_template(h: _Handler, seen: Seen) -> None:
+    def apply_template(h: ScriptedHandler, seen: Seen) -> None:
         body = json.loads(seen.body)
         h.json(200, {"prompt": "\n".join(str(m.get("content")) for m in body.get("messages", []))})
 
