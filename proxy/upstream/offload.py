@@ -7,8 +7,9 @@ And the collector: a 15 MB body of 200,000 items is a million objects, and each 
 the worker's allocations set off walks them all with the GIL held (0.5-2 s here: every client
 frozen). So while workers run, automatic collection is off; when the last one ends, what they
 built is frozen (`gc.freeze`: left out of later collections, freed by reference counting like any
-object), and unfrozen a while later, once the request that owned it is likely gone, so that cycles
-among those objects are collected in the end.
+object), and within a minute, once the request that owned it is likely gone, collected once in
+full, so that cycles among those objects are collected in the end (one pause of a full collection
+a minute at most, and only after large requests).
 """
 
 from __future__ import annotations
@@ -54,14 +55,20 @@ class Offloader:
                     self._later_unfreeze()
 
     def _later_unfreeze(self) -> None:
-        if self._unfreeze is not None:
-            self._unfreeze.cancel()
-        self._unfreeze = asyncio.get_running_loop().call_later(UNFREEZE_AFTER_S, self._thaw)
+        # Counted from the first freeze, not pushed back by later ones: under a steady stream of
+        # large requests what was frozen is still collected once a minute.
+        if self._unfreeze is None:
+            self._unfreeze = asyncio.get_running_loop().call_later(UNFREEZE_AFTER_S, self._thaw)
 
     def _thaw(self) -> None:
+        """One full collection of all that was frozen, the survivors frozen again (with the process's
+        own objects, frozen at startup): the cycles among a large request's objects are collected,
+        and later collections still walk only what requests allocate since."""
         self._unfreeze = None
-        if self.running == 0:
+        if self.running == 0:  # else the running work's end freezes and schedules again
             gc.unfreeze()
+            gc.collect()
+            gc.freeze()
 
     def release(self, containers: list[Any]) -> None:
         """Free a large request's containers (its parsed body, its neutral messages) in a worker
