@@ -93,7 +93,9 @@ def observations(messages: list[Message]) -> Iterator[tuple[str, str, str, str]]
             yield text_of(message.get("content")), "bash", json.dumps({"command": command}), later[i + 1]
 
 
-def measure(sets: dict[str, list[list[Message]]]) -> tuple[dict[str, tuple[Counter[str], Counter[str]]], float]:
+def measure(
+    sets: dict[str, list[list[Message]]],
+) -> tuple[dict[str, tuple[Counter[str], Counter[str]]], float]:
     report: dict[str, tuple[Counter[str], Counter[str]]] = {}
     seen: set[str] = set()
     slowest = 0.0
@@ -115,8 +117,10 @@ def measure(sets: dict[str, list[list[Message]]]) -> tuple[dict[str, tuple[Count
                     used[kind] += 1
                     kept[kind] += _words_kept(line, note)
                 facts = dict(facts_of(text))
-                listed = {m.group(0).strip(" \t\n:→-").rpartition(":")[2].rpartition("-")[2]
-                          for m in LINE_NUMBER.finditer(text)}
+                listed = {
+                    m.group(0).strip(" \t\n:→-").rpartition(":")[2].rpartition("-")[2]
+                    for m in LINE_NUMBER.finditer(text)
+                }
                 for match in NUMBER.finditer(text):
                     if match.group(0) not in listed:
                         facts.setdefault(match.group(0), "number")
@@ -131,16 +135,18 @@ def measure(sets: dict[str, list[list[Message]]]) -> tuple[dict[str, tuple[Count
 def table(report: dict[str, tuple[Counter[str], Counter[str]]]) -> str:
     rows = ["| set | " + " | ".join(KINDS) + " | **all** |", "|---" * (len(KINDS) + 2) + "|"]
     for name, (used, kept) in report.items():
-        cells = [f"{kept[k] / used[k]:.0%} ({used[k]})" if used[k] else "– (0)" for k in KINDS]
+        cells = [f"{kept[k] / used[k]:.0%} ({used[k]})" if used[k] else "- (0)" for k in KINDS]
         total, got = sum(used.values()), sum(kept.values())
-        cells.append(f"**{got / total:.0%}** ({total})" if total else "– (0)")
+        cells.append(f"**{got / total:.0%}** ({total})" if total else "- (0)")
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10 real trajectories per agent, no generated set")
+    parser.add_argument(
+        "--quick", action="store_true", help="10 real trajectories per agent, no generated set"
+    )
     parser.add_argument("--real", type=Path, default=DEFAULT_REAL)
     parser.add_argument("--limit", type=int, default=80, help="real trajectories per agent")
     args = parser.parse_args()
@@ -156,6 +162,8 @@ def main() -> None:
         from benchmarks import trajectories as gen
 
         for trajectory in gen.cached_trajectories():
+            if trajectory.framework not in gen.FRAMEWORKS:
+                continue  # the chat's pastes are user messages, which the engine never notes
             sets.setdefault(f"generated {trajectory.framework}", []).append(trajectory.messages)
     report, slowest = measure(sets)
     print(table(report))

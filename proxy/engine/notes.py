@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from proxy.engine.facts import facts_section, pick_facts
+from proxy.engine.outcome import outcome
 from proxy.engine.outline import outline
 from proxy.engine.scanning import NUMBERED_LINE, SCAN_CHARS, head_and_tail, shorten
 
@@ -56,8 +57,8 @@ def build_note(
     """The note that stands in for a tool result whose plain text is `text`. `fits` may bound the
     facts section further than its character budget (the engine bounds it in tokens)."""
     call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    said = preview + outline(head_and_tail(text, SCAN_CHARS))
-    return _note(call, text, said, facts_section(pick_facts(text, said, fits)))
+    ran, said = _outcome_and_outline(text)
+    return _note(call, text, ran, preview + said, facts_section(pick_facts(text, ran + preview + said, fits)))
 
 
 def note_without_facts(
@@ -65,11 +66,20 @@ def note_without_facts(
 ) -> str:
     """The note without its facts, which cost the most to find: for costing a note before writing it."""
     call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    return _note(call, text, preview + outline(head_and_tail(text, SCAN_CHARS)), "")
+    ran, said = _outcome_and_outline(text)
+    return _note(call, text, ran, preview + said, "")
 
 
-def _note(call: str, text: str, preview: str, kept: str) -> str:
-    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars. Preview: {preview}{kept}]"
+def _outcome_and_outline(text: str) -> tuple[str, str]:
+    """What the run came to (said first: the next step depends on it most), and the outline, which
+    gets what the outcome left of the outline's budget, so a note costs what it did."""
+    read = head_and_tail(text, SCAN_CHARS)
+    ran = outcome(read)
+    return ran, outline(read, spent=len(ran) // 4)
+
+
+def _note(call: str, text: str, ran: str, preview: str, kept: str) -> str:
+    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars.{ran} Preview: {preview}{kept}]"
 
 
 def _call_and_preview(
