@@ -15,6 +15,8 @@ Targets:
   ``bare-httpx-fixedpool``, ``bare-httpx-lean``, ``bare-aiohttp-lean``, ``bare-aiohttp-native``):
   ``bare_passthrough.py`` with that transport.
 - ``proxy-under-line``: the real ``compacting-proxy`` with ``COMPACT_WINDOW=1000000``.
+- ``proxy-before`` (``--before PATH``): ``proxy-under-line`` run by another checkout's
+  ``compacting-proxy`` (e.g. ``main``'s ``.venv/bin/compacting-proxy``), for a before/after in one run.
 - ``proxy-compacting``: the same with windows small enough that every request compacts
   (``--large-window`` for the large chat, ``--small-window`` for the small ones).
 - ``litellm`` (``--litellm``): LiteLLM's proxy, installed into its own venv under
@@ -227,11 +229,14 @@ def proxy_available() -> str | None:
     return None
 
 
-def proxy_instance(name: str, upstream_port: int, window: int, extra: str) -> Instance:
+def proxy_instance(
+    name: str, upstream_port: int, window: int, extra: str, exe: str | None = None
+) -> Instance:
     port = free_port()
+    exe = exe or str(Path(PYTHON).parent / "compacting-proxy")
     return Instance(
         name,
-        [str(Path(PYTHON).parent / "compacting-proxy"), "--host", HOST, "--port", str(port), *extra.split()],
+        [exe, "--host", HOST, "--port", str(port), *extra.split()],
         env={"COMPACT_UPSTREAM_URL": f"http://{HOST}:{upstream_port}/v1", "COMPACT_WINDOW": str(window)},
         port=port,
     )
@@ -573,6 +578,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--large-window", type=int, default=20000, help="COMPACT_WINDOW for the large chat")
     p.add_argument("--small-window", type=int, default=500, help="COMPACT_WINDOW for the small chats")
     p.add_argument("--proxy-args", default="--no-access-log", help="extra compacting-proxy arguments")
+    p.add_argument("--before", help="another checkout's compacting-proxy, run as the proxy-before target")
     p.add_argument("--out", type=Path, default=HERE / "results")
     args = p.parse_args(argv)
     args.duration = args.duration or (2 if args.quick else 5)
@@ -605,6 +611,11 @@ def build_targets(
                 notes.append(f"{name} skipped: {proxy_missing}")
                 continue
             targets.append(Target(name, {"*": proxy_instance(name, up.port, 1_000_000, args.proxy_args)}))
+        elif name == "proxy-before":
+            if not args.before:
+                raise SystemExit("the proxy-before target needs --before PATH")
+            before = proxy_instance(name, up.port, 1_000_000, args.proxy_args, exe=args.before)
+            targets.append(Target(name, {"*": before}, note=f"{args.before}, COMPACT_WINDOW=1000000"))
         elif name == "proxy-compacting":
             if proxy_missing:
                 notes.append(f"{name} skipped: {proxy_missing}")

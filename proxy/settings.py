@@ -86,11 +86,16 @@ class Settings(BaseSettings):
     upstream_kind: Literal["auto", "ollama", "openai", "anthropic"] = "auto"
     ollama_num_ctx: bool = True
     ollama_max_num_ctx: int = Field(default=32768, gt=0)
+    # Gemini API requests: to a Gemini-speaking upstream as they are, or bridged to its Chat
+    # Completions; `auto`: native for Google's generativelanguage API, else the bridge.
+    gemini_upstream: Literal["auto", "native", "chat"] = "auto"
 
     window: PositiveInt | Literal["auto"] = "auto"
     fallback_window: int = Field(default=8192, gt=0)
     window_refresh: float = Field(default=600.0, gt=0)
     tokenizer: str = "estimate"
+    # Count exactly where the model's name says which bundled tokenizer it uses (Qwen, GPT, Llama 3).
+    tokenizer_by_model: bool = True
     exact_count_from: float = Field(default=0.5, ge=0)
     calibrate: bool = True
     clamp_max_tokens: bool | Literal["auto"] = "auto"
@@ -122,6 +127,11 @@ class Settings(BaseSettings):
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
     log_format: Literal["text", "json"] = "text"
     log_bodies: bool = False
+    # The live page `GET /ui`: on or off, message previews, and how much it keeps (in memory).
+    ui: bool = True
+    ui_content: bool = False
+    ui_conversations: int = Field(default=20, ge=1)
+    ui_requests: int = Field(default=200, ge=1)
     max_messages: int = Field(default=50_000, ge=1)
 
     connect_timeout: float = Field(default=10.0, gt=0)

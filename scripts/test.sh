@@ -29,6 +29,11 @@ if [ "${FAST:-0}" != "1" ]; then
         SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
         $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server wrk docker-compose ripgrep >/dev/null
     fi
+    if ! command -v chromium >/dev/null 2>&1; then
+        echo "installing chromium (Debian) for the live page's browser tests" >&2
+        SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+    fi
     .venv/bin/python scripts/llama_server.py build
     # aider (PyPI aider-chat) for the cli tier, in a venv of its own under the same cache: its pins
     # would disturb the project's.

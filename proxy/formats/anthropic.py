@@ -77,6 +77,10 @@ class AnthropicMessages:
             request["tools"] = [_chat_tool(tool) for tool in tools]
         if (reply := int_field(body.get("max_tokens"))) is not None:
             request["max_tokens"] = reply
+        thinking = body.get("thinking")
+        enabled = isinstance(thinking, dict) and thinking.get("type") == "enabled"
+        if enabled and (budget := int_field(thinking.get("budget_tokens"))) is not None:  # type: ignore[union-attr]
+            request["thinking_budget"] = budget  # kept under a lowered max_tokens
         return Conversation(request, sources)
 
     def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
@@ -88,6 +92,12 @@ class AnthropicMessages:
             )
         if plan.max_tokens is not None:
             changed["max_tokens"] = plan.max_tokens
+        if plan.thinking_budget is not None:
+            # Anthropic: 1024 <= budget_tokens < max_tokens, else thinking off.
+            budget = plan.thinking_budget
+            changed["thinking"] = (
+                {**body["thinking"], "budget_tokens": budget} if budget else {"type": "disabled"}
+            )
         return changed
 
     def streamed(self, body: Body) -> bool:

@@ -24,6 +24,7 @@ from proxy.formats import Passthrough, Route, RouteTable
 from proxy.metrics import Metrics
 from proxy.server.dry_run import dry_run, dry_run_for
 from proxy.server.intake import raw_path
+from proxy.server.live.routes import add_routes as add_live_page
 from proxy.server.middleware import CountRequests, RequestId, RequireApiKey
 from proxy.server.parts import Parts
 from proxy.server.pipeline import Pipeline
@@ -80,6 +81,7 @@ def create_app(
         app.add_api_route(
             route.path, compacting(pipeline, route), methods=["POST"], include_in_schema=route.documented
         )
+    add_live_page(app, parts.records)  # after the compacted routes: they are matched first
     for passthrough in table.passthroughs:
         app.add_api_route(
             passthrough.prefix + "/{path:path}",

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 import httpx
 
+from proxy.bridges.choice import Bridges
 from proxy.bridges.ollama.upstream import OllamaUpstream
 from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
 from proxy.metrics import Metrics
 from proxy.server.headers import UpstreamHeaders
+from proxy.server.live import Records
 from proxy.server.readiness import Readiness
 from proxy.settings import Settings
 from proxy.upstream.forwarding import Upstream, build_timeout
@@ -38,10 +40,12 @@ class Parts:
     http: httpx.AsyncClient
     planner: Planner
     ollama: OllamaUpstream
+    bridges: Bridges  # which bridge a request takes, if any (Ollama's is one)
     summarizer: Summarizer | None
     headers: UpstreamHeaders
     readiness: Readiness
     api_keys: list[bytes]  # the keys clients give the proxy itself
+    records: Records  # what the live page shows
 
     @classmethod
     def wire(
@@ -71,6 +75,8 @@ class Parts:
             ("upstream_urls", upstream._urls),
         ):
             metrics.watch_table(name, functools.partial(len, table))
+        records = Records(settings, planner.counter_for)
+        metrics.watch_table("ui_records", functools.partial(len, records))
         return cls(
             settings=settings,
             metrics=metrics,
@@ -79,10 +85,12 @@ class Parts:
             http=http,
             planner=planner,
             ollama=ollama,
+            bridges=Bridges(settings, ollama),
             summarizer=summarizer,
             headers=UpstreamHeaders(settings, upstream, routes),
             readiness=Readiness(upstream),
             api_keys=[key.get_secret_value().encode() for key in settings.api_keys],
+            records=records,
         )
 
     async def aclose(self, *, transport: bool) -> None:

@@ -29,8 +29,8 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 # Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those recomputed for the
 # body actually sent (a streamed response puts the upstream's content-length back: its body is the same).
-# Where clients put their key: OpenAI's Bearer, Anthropic's and Azure's own headers.
-CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key"})
+# Where clients put their key: OpenAI's Bearer, Anthropic's, Azure's and Google's own headers.
+CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"x-goog-api-key"})
 HOP_BY_HOP = frozenset(
     {
         b"connection",

@@ -17,6 +17,10 @@ The shapes follow, for each route:
   ``/v1/messages/count_tokens``.
 - ``/v1/chat/completions`` and Azure's ``/openai/deployments/{name}/chat/completions``: OpenAI chat
   completions (``chat.completion`` / ``chat.completion.chunk`` SSE ending in ``[DONE]``).
+
+With ``--prompt-cache`` it reports a prompt cache as the APIs do: the prompt's start it shares with
+the route's previous request counts as cached (OpenAI's ``prompt_tokens_details.cached_tokens``;
+Anthropic's ``cache_read_input_tokens``, with ``input_tokens`` the rest, as its API counts them).
 """
 
 from __future__ import annotations
@@ -39,10 +43,22 @@ WORDS = [*(word + " " for word in REPLY.split(" ")[:-1]), REPLY.split(" ")[-1]] 
 
 
 class Recorder:
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, prompt_cache: bool = False) -> None:
         self.window = window
         self.received: list[dict[str, Any]] = []
         self.ids = itertools.count(1)
+        self.prompt_cache = prompt_cache
+        self.last_prompt: dict[str, bytes] = {}
+
+    def cached(self, route: str, *parts: Any) -> int:
+        """The tokens of the prompt's start shared with the route's previous prompt (none without
+        `--prompt-cache`)."""
+        if not self.prompt_cache:
+            return 0
+        prompt = orjson.dumps([p for p in parts if p is not None])
+        shared = shared_prefix(self.last_prompt.get(route, b""), prompt)
+        self.last_prompt[route] = prompt
+        return shared // 4
 
     def record(self, request: Request, raw: bytes) -> None:
         self.received.append(
@@ -53,6 +69,18 @@ class Recorder:
                 "body": raw.decode("utf-8"),
             }
         )
+
+
+def shared_prefix(a: bytes, b: bytes) -> int:
+    """The length of the longest common start of `a` and `b` (a binary search over slices)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def prompt_tokens(*parts: Any) -> int:
@@ -242,7 +270,12 @@ async def messages(request: Request) -> Response:
             400, "invalid_request_error", f"prompt is too long: {tokens} tokens > {recorder.window} maximum"
         )
     n = next(recorder.ids)
-    usage = {"input_tokens": tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    cached = recorder.cached("messages", body.get("system"), body.get("messages"), body.get("tools"))
+    usage = {
+        "input_tokens": tokens - cached,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
     message = {
         "id": f"msg_{n:024d}",
         "type": "message",
@@ -321,7 +354,10 @@ async def chat(request: Request) -> Response:
             400,
         )
     model = request.path_params.get("deployment") or body.get("model", "")
-    usage = {"prompt_tokens": tokens, "completion_tokens": 6, "total_tokens": tokens + 6}
+    usage: dict[str, Any] = {"prompt_tokens": tokens, "completion_tokens": 6, "total_tokens": tokens + 6}
+    if recorder.prompt_cache:
+        cached = recorder.cached("chat", body.get("messages"), body.get("tools"))
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
     base = {"id": f"chatcmpl-{next(recorder.ids)}", "created": int(time.time()), "model": model}
     if body.get("stream") is not True:
         choice = {
@@ -355,7 +391,7 @@ async def models(request: Request) -> Response:
     )
 
 
-def create_app(window: int) -> Starlette:
+def create_app(window: int, prompt_cache: bool = False) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/responses", responses, methods=["POST"]),
@@ -368,7 +404,7 @@ def create_app(window: int) -> Starlette:
             Route("/v1/models", models),
         ]
     )
-    app.state.recorder = Recorder(window)
+    app.state.recorder = Recorder(window, prompt_cache)
     return app
 
 
@@ -376,8 +412,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--window", type=int, default=4000)
+    parser.add_argument("--prompt-cache", action="store_true", help="report cached prompt tokens")
     args = parser.parse_args()
-    uvicorn.run(create_app(args.window), host="127.0.0.1", port=args.port, log_level="warning")
+    app = create_app(args.window, args.prompt_cache)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+"""What the live page's store keeps: a record per compacted request, a log per conversation, and the
+totals (SENT). Sizes and decisions only, never message text (but the opening's preview, when
+`COMPACT_UI_CONTENT` asks for it)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from proxy.server.live.well import Decided
+
+
+@dataclass(slots=True)
+class Totals:
+    """SENT: what clients sent, what went upstream, what compaction saved, what the upstream read."""
+
+    requests: int = 0
+    compacted: int = 0
+    sent: int = 0
+    forwarded: int = 0
+    saved: int = 0
+    reported: int = 0  # prompt tokens the upstream reported, over the answers that reported them
+    cached: int = 0
+    answers: int = 0  # answers that reported their prompt size
+
+
+@dataclass(slots=True)
+class Record:
+    """One compacted request, as the page shows it (x-compaction-* figures in `headers`)."""
+
+    seq: int
+    at: float
+    key: str
+    format: str
+    model: str
+    messages: int
+    window: int
+    line: int
+    target: int
+    reply: int
+    fixed: int
+    before: int
+    after: int
+    truncated: int
+    capped: int
+    dropped: int
+    summarized: int
+    protected_from: int
+    struck: int  # messages changed on this request that were not on the one before
+    prefix: int  # leading messages forwarded as the request before forwarded them
+    overflow: bool
+    refused: bool
+    counted_by: str
+    headers: dict[str, str]
+    retried: str | None = None  # the overflow the upstream reported, when the proxy retried
+    truncation: dict[str, int] | None = None  # the upstream cut the prompt silently
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class ConversationLog:
+    key: str
+    source: str  # the session header that names it, or `hash`
+    format: str
+    model: str
+    first_at: float
+    preview: str | None = None  # the first user request's start, with COMPACT_UI_CONTENT
+    records: deque[Record] = field(default_factory=deque)
+    totals: Totals = field(default_factory=Totals)
+    decided: Decided | None = None  # the latest request's decisions, to tell what is new
+    previous: Decided | None = None  # those of the request before it
+    well: dict[str, Any] | None = None  # the latest well built (sizes only)
+
+    def summary(self) -> dict[str, Any]:
+        last = self.records[-1] if self.records else None
+        return {
+            "key": self.key,
+            "source": self.source,
+            "format": self.format,
+            "model": self.model,
+            "first_at": self.first_at,
+            "preview": self.preview,
+            "requests": self.totals.requests,
+            "totals": asdict(self.totals),
+            "last": last.to_json() if last else None,
+        }
