@@ -242,6 +242,21 @@ def test_a_mini_swe_agent_exit_status_error_line_and_url_escapes() -> None:
     assert " Outcome: exit status 1; error: could not find export_items.csv in /srv/data." in note
     kept = note.partition(" Kept: ")[2]
     assert "2Fsrv" not in kept and "2Fdata" not in kept
+    assert "Preview: GET /api/v1/items" in note, "the status is the outcome's, not the preview's"
+
+
+def test_mini_swe_agents_warning_leaves_the_preview_to_the_output_and_source_lines_are_no_errors() -> None:
+    warning = (
+        "<warning>\nThe output of your last command was too long.\nPlease try a different command that "
+        "produces less output.\n</warning>"
+    )
+    source = (
+        "def load(path):\n    try:\n        return read_config(path)\n    except Exception:\n        raise\n"
+    )
+    result = f"<returncode>0</returncode>\n{warning}<output_head>\n{source * 80}</output_head>"
+    note = build_note(result, tool="bash", arguments='{"command": "cat config_loader.py"}')
+    assert " Outcome: exit status 0. Preview: <output_head> def load(path):" in note
+    assert "except Exception" not in note.partition(" Kept: ")[2]
 
 
 if __name__ == "__main__":

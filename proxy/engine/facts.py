@@ -78,6 +78,7 @@ _GREP_CONTEXT = re.compile(r"(.+\.\w+)-[0-9]++(?:-|$)|()[0-9]++-(?=[A-Za-z_])")
 _NOISE_PATH = ("/.cache/", "/pip-", "/wheels/")
 _NOISE_URL = ("licen", "pip.pypa.io/warnings", "opensource.org", "gnu.org/", "creativecommons")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_CODE_LINE_STARTS = ("except", "raise ", "class ", "def ", "#", "import ", "from ", "catch", "throw ", "//")
 _LS_LINE = re.compile(r"^[-dlcbps][rwxsStT-]{9}[.+@]?[ \t]", re.M)
 # `unusable.It`: a sentence run into the next one, not a dotted name.
 _SENTENCE_STARTS = frozenset({
@@ -220,6 +221,8 @@ def _rank(token: str) -> int | None:
         parts = token.split(".")
         if len(parts) == 2 and parts[1] in _SENTENCE_STARTS and parts[0].islower():
             return None
+        if all(len(part) <= 1 for part in parts):
+            return None  # `i.e`, `e.g`: abbreviations
         if all(part.isidentifier() for part in parts):
             if _EXCEPTION_WORD.fullmatch(parts[-1]):
                 return RANK_ERROR
@@ -251,6 +254,8 @@ def _error_lines(text: str, most: int) -> Iterator[str]:
     if not any(word in lowered for word in ERROR_WORDS):
         return
     for start, end in matching_lines(ERROR_WORD, text, lowered, ERROR_WORDS):
+        if text[start : min(end, start + 80)].lstrip().startswith(_CODE_LINE_STARTS):
+            continue  # `except Exception:`, `raise KeyError(...)`: a source line, not an error that happened
         if end - start > 100:  # a long line (JSON-escaped output): around its last error word
             found = [m.start() for m in ERROR_WORD.finditer(text, start, min(end, start + LINE_CHARS))]
             start = max(start, found[-1] - 40) if found else start

@@ -27,6 +27,11 @@ DROPPED_PREFIX = "[Earlier conversation dropped to save context:"
 
 ARGUMENT_CHARS = 120
 _SPACE = re.compile(r"\s+")
+# mini-swe-agent's wrapper of an observation: its status (said by the outcome) and its warning that
+# the output was too long (said by the note's size), which would otherwise fill the preview.
+_WRAPPER = re.compile(
+    r"\A\s*+<returncode>-?[0-9]++</returncode>\s*+(?:<output>\s*+)?|<warning>[^<]{0,600}+</warning>\s*+"
+)
 
 
 def is_note(content: Any) -> bool:
@@ -86,7 +91,7 @@ def _call_and_preview(
     text: str, tool: str | None, arguments: str | None, preview_chars: int
 ) -> tuple[str, str]:
     call = f"{tool or 'tool'}({shorten(_compact_json(arguments or ''), ARGUMENT_CHARS)})"
-    head = text[: preview_chars * 8]
+    head = _WRAPPER.sub("", text[: preview_chars * 8 + 600], 2)  # the outcome says the status
     if NUMBERED_LINE.search(head, 0, 200):
         head = NUMBERED_LINE.sub("", head)
     return call, shorten(" ".join(head[: preview_chars * 4].split()), preview_chars)
