@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["COMPACT_HEADER_TIMEOUT"] = str(settings.header_timeout)
     os.environ["COMPACT_BODY_TIMEOUT"] = str(settings.body_timeout)
     os.environ["COMPACT_MAX_CLIENT_CONNECTIONS"] = str(settings.max_client_connections)
+    os.environ["COMPACT_MIN_BODY_RATE"] = str(settings.min_body_rate)
+    os.environ["COMPACT_MIN_BODY_RATE_GRACE"] = str(settings.min_body_rate_grace)
     options: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
