@@ -123,6 +123,7 @@ class Settings(BaseSettings):
     cache_url: str | None = None
     cache_size: int = Field(default=1024, ge=1)
     cache_ttl: int = Field(default=7 * 24 * 3600, ge=1)
+    memo_bytes: int = Field(default=64 * 1024 * 1024, ge=0)  # each in-process memo's bound
 
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
     log_format: Literal["text", "json"] = "text"

@@ -134,7 +134,7 @@ class AnthropicMessages:
         by the proxy for a server that does not, and the field itself taken out: it is done."""
         if "context_management" not in body:
             return body
-        edited = apply_context_edits(body, _prompt_estimate)
+        edited = apply_context_edits(body, _prompt_estimate, _part_estimate)
         return {k: v for k, v in edited.items() if k != "context_management"}
 
     def context_report(self, original: Body, edited: Body) -> AppliedEdits | None:
@@ -276,3 +276,7 @@ def _last_usage(tail: bytes) -> dict[str, Any] | None:
 
 def _prompt_estimate(body: Body) -> int:
     return estimate_text_tokens(json_text({k: body.get(k) for k in ("system", "messages", "tools")}))
+
+
+def _part_estimate(part: object) -> int:
+    return estimate_text_tokens(json_text(part))

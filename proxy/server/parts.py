@@ -75,6 +75,9 @@ class Parts:
             ("upstream_urls", upstream._urls),
         ):
             metrics.watch_table(name, functools.partial(len, table))
+        metrics.watch_table_bytes("notes", lambda: planner.notes.bytes)
+        if summarizer is not None:
+            metrics.watch_table_bytes("summaries", lambda: summarizer.cache.local.bytes)
         records = Records(settings, planner.counter_for)
         metrics.watch_table("ui_records", functools.partial(len, records))
         return cls(
@@ -105,7 +108,12 @@ def summarizer_for(settings: Settings, http: httpx.AsyncClient) -> Summarizer | 
     """Level 3's summariser and its cache, when summaries are on."""
     if not settings.summarize:
         return None
-    cache = SummaryCache(size=settings.cache_size, redis_url=settings.cache_url, ttl=settings.cache_ttl)
+    cache = SummaryCache(
+        size=settings.cache_size,
+        redis_url=settings.cache_url,
+        ttl=settings.cache_ttl,
+        max_bytes=settings.memo_bytes,
+    )
     return Summarizer(
         http,
         settings.summary_url or settings.upstream_url,

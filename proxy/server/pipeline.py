@@ -9,7 +9,6 @@ steps, in the order a request takes them. `compact_and_forward` is the whole com
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -87,7 +86,11 @@ class Pipeline:
                 return await self.remote_compaction.answer(self, request, route, body)
         path = route.upstream or raw_path(request)
         original = body
-        body, raw, conversation = self.adapt(route.format, body, raw, request.path_params)
+        if len(raw) >= OFFLOAD_BYTES:  # a large body is read item by item in a worker thread too
+            adapted = await self.planner.in_thread(self.adapt, route.format, body, raw, request.path_params)
+        else:
+            adapted = self.adapt(route.format, body, raw, request.path_params)
+        body, raw, conversation = adapted
         if conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(request, path, raw, route))
         plan, bridge = await self.plan(request, route, body, conversation)
@@ -98,7 +101,12 @@ class Pipeline:
         wire = route.format  # what the answer reports of the edits the proxy applied in the server's place
         report = wire.context_report(original, body) if isinstance(wire, ReportsContextEdits) else None
         exchange = Exchange(route, path, raw, body, conversation, bridge, report=report, record=record)
-        return await until_disconnect(request, self.send_compacted(request, exchange, plan))
+        response = await until_disconnect(request, self.send_compacted(request, exchange, plan))
+        if len(raw) >= OFFLOAD_BYTES:  # its million objects freed off the loop, a few at a time
+            big = [body, conversation.request, conversation.sources, plan.result.messages]
+            del body, original, conversation, plan, exchange
+            self.planner.offloader.release(big)
+        return response
 
     async def read(self, request: Request) -> bytes:
         return await read_json_body(request, self.settings.max_body_bytes)
@@ -106,7 +114,7 @@ class Pipeline:
     async def decode(self, raw: bytes) -> dict[str, Any]:
         # A large body is parsed in a worker thread, like its plan: other clients are served meanwhile.
         if len(raw) >= OFFLOAD_BYTES:
-            return await asyncio.to_thread(parse_json_object, raw)
+            return await self.planner.in_thread(parse_json_object, raw)
         return parse_json_object(raw)
 
     def adapt(

@@ -61,6 +61,9 @@ class LockedMemo:
     def __len__(self) -> int:
         return len(self.memo)
 
+    @property
+    def bytes(self) -> int:
+        return self.memo.bytes
 
 class ModelTokenizers:
     """The bundled tokenizer a model's name says it uses (`COMPACT_TOKENIZER_BY_MODEL`), where it

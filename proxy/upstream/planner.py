@@ -15,11 +15,10 @@ the retry after an overflow (`harder`), and what the answer reports (`learn`).
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any, TypeVar
 
 from proxy.counting.cache import LruCache
 from proxy.counting.calibration import Calibrator
@@ -32,8 +31,11 @@ from proxy.engine.overflow import Overflow
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
 from proxy.upstream.counters import LockedMemo, ModelTokenizers, text_counter
+from proxy.upstream.offload import Offloader
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
 from proxy.upstream.prompt_reports import PromptReports, Truncation, exact_key
+
+T = TypeVar("T")
 
 SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
@@ -42,6 +44,9 @@ NOTE_MEMO_SIZE = 4096
 # 50 ms here, a warm one 5 ms, so the hop (0.1-0.3 ms) is a few percent of it; smaller requests stay on
 # the loop, where the hop would cost more than it frees (`benchmarks/bench_planning.py`).
 OFFLOAD_CHARS = 500_000
+# ... and so are requests of this many messages, whatever their text: 200,000 empty function calls
+# are seconds of work per step (reading, sizing, planning), all of it per item.
+OFFLOAD_ITEMS = 2_000
 # An exact tokenizer reads 5-20 MB/s, 10-30x slower than the estimate: its plans go to a worker
 # thread from a few milliseconds of counting on.
 EXACT_OFFLOAD_CHARS = 25_000
@@ -49,7 +54,6 @@ EXACT_OFFLOAD_CHARS = 25_000
 # message than `MESSAGE_OVERHEAD` in Qwen's, a preamble for the tools): judged with this margin.
 TEMPLATE_MARGIN = 0.02
 MARGIN_STEP = 0.01  # a compacted request's own margin this much above the whole's is planned again
-OFFLOAD_SWITCH_INTERVAL = 0.0005  # seconds
 
 
 def _chars(messages: list[dict[str, object]]) -> int:
@@ -82,12 +86,11 @@ class Planner:
         # The windows the upstream was seen cutting at (`reports` writes them): every plan reads them.
         self.seen_windows = self.reports.seen_windows
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
-        self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE))
+        self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE, settings.memo_bytes))
         self.margins = MarginMeter()  # the estimate's margin, by what the text is
         self.by_model = ModelTokenizers(settings.tokenizer_by_model)
         self._no_exact_until = 0.0
-        self._offloaded = 0  # plans running in worker threads now
-        self._switch_interval = sys.getswitchinterval()
+        self.offloader = Offloader()
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
         self.policy = Policy(
@@ -109,7 +112,9 @@ class Planner:
         """Count with the calibrated estimate; near the line, count again with the configured
         tokenizer (a local one, or the upstream's `/tokenize`). `window_tokens` is a window the
         request itself sets (Ollama's `options.num_ctx`), which is what the server will use."""
-        messages = validated_messages(body)
+        listed = body.get("messages")
+        many = isinstance(listed, list) and len(listed) >= OFFLOAD_ITEMS
+        messages = await self.in_thread(validated_messages, body) if many else validated_messages(body)
         model = str(body.get("model") or "")
         # A window the request sets needs no asking.
         window = self.settings.window_for(model) if window_tokens else await self.window(model, headers)
@@ -122,8 +127,8 @@ class Planner:
         window = await self.by_model.window(window, model)
         estimate = "chars4" if window.tokenizer == "chars4" else "estimate"
         factor = self.calibrator.factor(model)
-        chars = _chars(messages)
-        offload = chars >= OFFLOAD_CHARS
+        chars = await self.in_thread(_chars, messages) if many else _chars(messages)
+        offload = many or chars >= OFFLOAD_CHARS
         # The estimate's margin (what it may undercount, by the kind of text) is measured in `_plan`.
         margin = None if estimate == "estimate" else 0.0
         plan = await self._planned(offload, body, messages, window, estimate, factor, margin)
@@ -133,7 +138,7 @@ class Planner:
                 return await self._before_refusing(body, messages, window, plan, headers, offload)
             return plan
         if window.tokenizer != "upstream":
-            exact_offload = chars >= EXACT_OFFLOAD_CHARS
+            exact_offload = many or chars >= EXACT_OFFLOAD_CHARS
             factor = max(1.0, self.calibrator.factor(exact_key(model, window.tokenizer)))
             return await self._planned(
                 exact_offload, body, messages, window, window.tokenizer, factor, TEMPLATE_MARGIN
@@ -160,19 +165,12 @@ class Planner:
         that would otherwise keep every other client of this process waiting."""
         if not offload:
             return self._plan(body, messages, window, spec, factor, margin)
-        # The worker holds the GIL while it plans; the event loop gets it back only every switch
-        # interval, after each socket call of another client's request: a shorter one while a plan
-        # runs keeps those requests quick (5 ms, Python's default, added up to 50 ms per /healthz).
-        if self._offloaded == 0:
-            self._switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(OFFLOAD_SWITCH_INTERVAL)
-        self._offloaded += 1
-        try:
-            return await asyncio.to_thread(self._plan, body, messages, window, spec, factor, margin)
-        finally:
-            self._offloaded -= 1
-            if self._offloaded == 0:
-                sys.setswitchinterval(self._switch_interval)
+        return await self.in_thread(self._plan, body, messages, window, spec, factor, margin)
+
+    async def in_thread(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` in a worker thread (a large request's parsing, reading or plan), the loop
+        kept responsive (`proxy.upstream.offload`)."""
+        return await self.offloader.run(work, *args)
 
     def _plan(
         self,
