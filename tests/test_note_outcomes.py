@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from proxy.engine.notes import build_note
+from proxy.engine.notes import build_note, is_note
 
 PIP = (
     "Collecting marshmallow==3.13.0\n"
@@ -193,6 +193,7 @@ def note_of(shape: str) -> str:
 @pytest.mark.parametrize("shape", list(GOLDEN))
 def test_golden_note(shape: str) -> None:
     assert note_of(shape) == GOLDEN[shape]
+    assert is_note(GOLDEN[shape]), "a note with its outcome is still a note: never noted again"
 
 
 @pytest.mark.parametrize(
