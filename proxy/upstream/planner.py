@@ -26,7 +26,7 @@ from proxy.counting.calibration import Calibrator
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.chat import Body, ChatPlan, plan_chat, validated_messages
 from proxy.engine.compaction import Policy
-from proxy.engine.limits import estimate_margin, text_size
+from proxy.engine.limits import TextSize, budget_for, estimate_margin, text_size
 from proxy.engine.overflow import Overflow
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
@@ -42,6 +42,7 @@ NOTE_MEMO_SIZE = 4096
 # the loop, where the hop would cost more than it frees (`benchmarks/bench_planning.py`).
 OFFLOAD_CHARS = 500_000
 OFFLOAD_SWITCH_INTERVAL = 0.0005  # seconds
+SETTLE_ROUNDS = 3  # plans made again with a larger margin, for the output's own line
 
 
 def _spec(plan: ChatPlan) -> str:
@@ -109,12 +110,9 @@ class Planner:
         size = text_size(messages)
         offload = size.chars >= OFFLOAD_CHARS
         # The estimate's measured error for this kind of text: judged against the window less it.
-        margin = (
-            estimate_margin(size, calibrated=self.calibrator.calibrated(model))
-            if estimate == "estimate"
-            else 0.0
-        )
+        margin = self._margin(model, size, estimate)
         plan = await self._planned(offload, body, messages, window, estimate, factor, margin)
+        plan, margin = await self._settled(offload, body, messages, window, estimate, plan, margin)
         near = plan.result.tokens_before >= self.settings.exact_count_from * plan.budget.limit
         if window.tokenizer == estimate or not near:
             if window.tokenizer == "estimate" and plan.result.over_window:
@@ -129,6 +127,40 @@ class Planner:
         self.calibrator.observe(model, round(raw), exact)
         plan = await self._planned(offload, body, messages, window, "estimate", exact / raw)
         return replace(await self._recount(body, plan, headers), counted_by="upstream")
+
+    def _margin(self, model: str, size: TextSize, estimate: str) -> float:
+        """What the estimate may undercount text of this `size` by (nothing for `chars4`)."""
+        if estimate != "estimate":
+            return 0.0
+        return estimate_margin(size, calibrated=self.calibrator.calibrated(model))
+
+    async def _settled(
+        self,
+        offload: bool,
+        body: Body,
+        messages: list[dict[str, object]],
+        window: ModelWindow,
+        estimate: str,
+        plan: ChatPlan,
+        margin: float,
+    ) -> tuple[ChatPlan, float]:
+        """`plan`, or one made with a larger margin, whose output fits the line its own margin gives
+        it: compacted again (a client resends what it sent), it then goes through unchanged and the
+        server's prompt cache holds. What compaction removes is mostly ASCII tool output, so what is
+        left is wider, its margin larger and its line lower than the request's."""
+        for _ in range(SETTLE_ROUNDS):
+            if not plan.result.changed or plan.result.overflow:
+                break
+            again = self._margin(plan.model, text_size(plan.result.messages), estimate)
+            if again <= margin:
+                break
+            counter = self.counter(estimate, plan.factor)
+            line = budget_for(body, window, counter, clamp=self._clamps(window), margin=again).limit
+            if plan.result.tokens_after <= line:
+                break
+            margin = again
+            plan = await self._planned(offload, body, messages, window, estimate, plan.factor, margin)
+        return plan, margin
 
     async def _planned(
         self,
