@@ -24,6 +24,7 @@ CAP_ROUNDS = 12  # each round cuts and counts the result once: a few millisecond
 CAP_FILL = 0.99  # a cap this close to its size is close enough
 CAP_STEP_CHARS = 16  # a search step smaller than this changes the cut by a token or two
 CAP_NOTE_CHARS = 240  # what `cap_text` takes of its size for its own words
+MIN_CAP_CHARS = CAP_NOTE_CHARS + 120  # the smallest cap that keeps some head and tail
 
 
 @dataclass(slots=True)
@@ -145,6 +146,7 @@ class Cuts:
         characters kept, proportional until it has a cap under and one over, then by halves. The
         same room gives the same cut whatever the result's size, within CAP_FILL of the room."""
         under: tuple[int, int, str] | None = None  # chars, size, capped
+        smallest: tuple[int, str] | None = None  # the cheapest cap tried, for a room smaller than any
         over = len(text) + CAP_NOTE_CHARS  # fewest chars known to cost more (or to keep it all)
         chars = int(len(text) * tokens / max(1, whole))
         for _ in range(CAP_ROUNDS):
@@ -152,10 +154,15 @@ class Cuts:
             if capped is None:
                 if under is not None or chars >= len(text):
                     over = min(over, chars)
+                elif smallest is None and chars < MIN_CAP_CHARS:
+                    chars = MIN_CAP_CHARS  # too small to say what was cut: the least that can say it
+                    continue
                 else:
-                    break  # too small to say what was cut
+                    break
             else:
                 size = self.count({**message, "content": capped})
+                if smallest is None or size < smallest[0]:
+                    smallest = (size, capped)
                 if size <= tokens:
                     if under is None or size > under[1]:
                         under = (chars, size, capped)
@@ -173,7 +180,8 @@ class Cuts:
             if nxt <= low or nxt >= over or abs(nxt - chars) < CAP_STEP_CHARS:
                 break
             chars = nxt
-        return None if under is None else (under[1], under[2])
+        # No cap fits the room: the cheapest one, and the room left over is found elsewhere.
+        return smallest if under is None else (under[1], under[2])
 
     def _cap_text(self, text: str, chars: int, tool: str | None) -> str | None:
         # A loop caps its latest results again at every call (the same text to the same size, as the

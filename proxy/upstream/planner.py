@@ -16,6 +16,7 @@ the retry after an overflow (`harder`), and what the answer reports (`learn`).
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -48,6 +49,16 @@ SETTLE_ROUNDS = 3  # plans made again with a larger margin, for the output's own
 def _spec(plan: ChatPlan) -> str:
     """The text counter behind `plan`'s counts (an upstream count scales the estimate)."""
     return "estimate" if plan.counted_by == "upstream" else plan.counted_by
+
+
+def _clamped_for(plan: ChatPlan, margin: float, clamp: bool) -> ChatPlan:
+    """`plan` with its reply limit lowered (when it may be) to leave room for its prompt counted
+    with `margin`, as `plan_chat` lowers it."""
+    reply = plan.max_tokens or plan.reply
+    prompt = math.ceil(plan.result.tokens_after * (1 + margin))
+    if not clamp or not reply or prompt + reply <= plan.window.window:
+        return plan
+    return replace(plan, max_tokens=max(1, plan.window.window - prompt))
 
 
 class Planner:
@@ -157,7 +168,8 @@ class Planner:
             counter = self.counter(estimate, plan.factor)
             line = budget_for(body, window, counter, clamp=self._clamps(window), margin=again).limit
             if plan.result.tokens_after <= line:
-                break
+                # It stays; a reply limit lowered beside it is lowered for the margin it goes out with.
+                return _clamped_for(plan, again, self._clamps(window)), margin
             margin = again
             plan = await self._planned(offload, body, messages, window, estimate, plan.factor, margin)
         return plan, margin
