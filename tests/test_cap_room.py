@@ -23,9 +23,13 @@ from proxy.upstream.planner import Planner
 
 WORDS = ["the", "model", "keeps", "what", "it", "needs", "next", "window", "cache", "result"]
 KINDS: dict[str, Callable[[int, random.Random], str]] = {
-    "grep": lambda j, rng: f"src/pkg/module_{j % 17}.py:{j}: def handler_{j}(request, value={rng.randint(0, 9999)}):",
-    "log": lambda j, rng: f"2026-01-0{j % 9 + 1} INFO worker-{j % 5} batch {rng.randint(0, 99999)} in "
-    f"{rng.random():.3f}s" + (" ERROR timeout" if j % 7 == 0 else ""),
+    "grep": lambda j, rng: (
+        f"src/pkg/module_{j % 17}.py:{j}: def handler_{j}(request, value={rng.randint(0, 9999)}):"
+    ),
+    "log": lambda j, rng: (
+        f"2026-01-0{j % 9 + 1} INFO worker-{j % 5} batch {rng.randint(0, 99999)} in "
+        f"{rng.random():.3f}s" + (" ERROR timeout" if j % 7 == 0 else "")
+    ),
     "prose": lambda j, rng: " ".join(rng.choice(WORDS) for _ in range(14)),
 }
 SIZES = (24_000, 30_000, 40_000, 80_000)
@@ -39,7 +43,11 @@ def body(kind: str, chars: int) -> dict[str, Any]:
     while size < chars:
         lines.append(KINDS[kind](len(lines), rng))
         size += len(lines[-1]) + 1
-    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": "run"})}}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": json.dumps({"cmd": "run"})},
+    }
     return {
         "model": "m",
         "messages": [

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (Chinese text, with its own full-width punctuation, on purpose)
 """Compacting the output of compaction returns it unchanged (issue 24, item 2).
 
 Every client resends what it sent; a proxy in front of another, or a client that keeps the compacted
@@ -28,8 +29,10 @@ CJK = "这是一个关于压缩的测试句子，我们需要检查窗口的大�
 LINES = {
     "code": lambda j: f"{j:5d}\tdef handler_{j}(request, value={j * 37 % 1000}):\n\treturn process(request)",
     "grep": lambda j: f"src/pkg/module_{j % 17}.py:{j}:    raise ValueError('bad value {j}')",
-    "log": lambda j: f"2026-01-0{j % 9 + 1} INFO worker-{j % 5} batch {j * 7919 % 99991} done"
-    + (" ERROR timeout" if j % 7 == 0 else ""),
+    "log": lambda j: (
+        f"2026-01-0{j % 9 + 1} INFO worker-{j % 5} batch {j * 7919 % 99991} done"
+        + (" ERROR timeout" if j % 7 == 0 else "")
+    ),
     "cjk": lambda j: f"{j} {CJK}",
 }
 
@@ -48,7 +51,9 @@ def result_text(kind: str, chars: int) -> str:
 def conversations(draw: st.DrawFn) -> list[Message]:
     """A system prompt, then requests (English or Chinese) each followed by steps of 1-3 parallel tool
     calls with results of every kind and size, and an answer; the last step's results unread."""
-    messages: list[Message] = [{"role": "system", "content": "You are a coding agent. " * draw(st.integers(1, 40))}]
+    messages: list[Message] = [
+        {"role": "system", "content": "You are a coding agent. " * draw(st.integers(1, 40))}
+    ]
     call = 0
     for turn in range(draw(st.integers(1, 3))):
         wide = draw(st.integers(0, 120))
@@ -68,9 +73,13 @@ def conversations(draw: st.DrawFn) -> list[Message]:
             for c in calls:
                 kind = draw(st.sampled_from(sorted(LINES)))
                 chars = draw(st.sampled_from([300, 2_000, 8_000, 24_000, 40_000]))
-                messages.append({"role": "tool", "tool_call_id": c["id"], "content": result_text(kind, chars)})
+                messages.append(
+                    {"role": "tool", "tool_call_id": c["id"], "content": result_text(kind, chars)}
+                )
         if draw(st.booleans()):
-            messages.append({"role": "assistant", "content": "Done: " + "the fix is in. " * draw(st.integers(1, 30))})
+            messages.append(
+                {"role": "assistant", "content": "Done: " + "the fix is in. " * draw(st.integers(1, 30))}
+            )
     return messages
 
 
@@ -103,7 +112,9 @@ def assert_idempotent(settings_: Settings, body: dict[str, Any]) -> ChatPlan:
     return first
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(
     messages=conversations(),
     window=st.sampled_from([2048, 4096, 8192, 16384, 32768]),
@@ -147,7 +158,11 @@ def issue_loop() -> list[Message]:
     sizes = [24_000, 8_000, 40_000, 2_000, 2_000, 24_000, 8_000, 40_000]
     kinds = ["code", "cjk", "cjk", "code", "cjk", "code", "cjk", "code"]
     for i, (size, kind) in enumerate(zip(sizes, kinds, strict=True)):
-        call = {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat f{i}.py"})}}
+        call = {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat f{i}.py"})},
+        }
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": result_text(kind, size)})
     return messages
