@@ -50,7 +50,10 @@ def conversations(quick: bool) -> Iterator[tuple[str, dict[str, Any], list[list[
     """(kind, the request's other fields, every request's messages) for each conversation."""
     for loop in agent_loops.loops(quick=quick):
         yield "agent loops", {"model": "loop"}, [loop.history(k) for k in range(len(loop.requests))]
-    for t in gen.cached_trajectories(quick):
+    # The trajectories are made once (minutes of real commands): --quick uses them only if made.
+    made = gen.cache_path(False, 0).exists()
+    trajectories = gen.cached_trajectories(False) if made or not quick else []
+    for t in [t for t in trajectories if t.framework == "swe-agent"][:1] if quick else trajectories:
         kind = "chinese chat" if t.framework not in ("mini-swe-agent", "swe-agent") else t.framework
         yield kind, t.body, [t.request(k) for k in range(len(t.calls))]
     chat = sim.simulate(60 if quick else 200, tokens_per_turn=1900, seed=0)
@@ -67,6 +70,7 @@ def forwarded(body: dict[str, Any], plan: ChatPlan) -> dict[str, Any]:
 def measure(quick: bool, windows: list[int]) -> list[Tally]:
     tallies: dict[tuple[str, int], Tally] = {}
     for kind, fields, requests in conversations(quick):
+        print(f"{kind}: {len(requests)} requests", file=sys.stderr)
         for window in windows:
             tally = tallies.setdefault((kind, window), Tally(kind, window))
             settings = Settings(_env_file=None, window=window)  # type: ignore[call-arg]

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.engine.chat import ChatPlan
+from proxy.engine.limits import estimate_margin, text_size
 from proxy.settings import Settings
 from proxy.upstream.planner import Planner
 
@@ -95,12 +96,20 @@ def resent(body: dict[str, Any], first: ChatPlan) -> dict[str, Any]:
     return out
 
 
+def lenient(first: ChatPlan, body: dict[str, Any]) -> bool:
+    """Whether `first` was planned with less than the full margin of its request's text."""
+    margin = estimate_margin(text_size(body["messages"]))
+    return first.budget.window is not None and first.budget.window > int(first.window.window / (1 + margin))
+
+
 def assert_idempotent(settings_: Settings, body: dict[str, Any]) -> ChatPlan:
     first = plan(Planner(settings_), body)
-    if first.result.over_window or first.result.overflow:
-        # Refused, or over its line whatever is done (forwarded as it came, for the upstream to
-        # judge): not a compaction's output. With a clamped reply limit the line of the resent
-        # request is higher, and compacting it may then succeed (see the report).
+    if first.result.over_window or first.result.overflow or lenient(first, body):
+        # Refused, or over its line whatever is done (forwarded as it came), or over the window by
+        # the estimate with its margin and forwarded compacted with a lenient count for the upstream
+        # to judge (`Planner._before_refusing`): not compaction's output, and not idempotent yet
+        # (with a clamped reply limit the resent request's line is higher; a half-margin plan of
+        # the output may fit where the input's did not).
         return first
     again = plan(Planner(settings_), resent(body, first))
     assert again.result.messages == first.result.messages, (
