@@ -33,12 +33,8 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from typing import Any
-
-import httpx
 
 from benchmarks import agent_loops
 from proxy.counting.tokens import RequestCounter
@@ -47,32 +43,9 @@ from proxy.upstream.counters import text_counter
 from proxy.upstream.planner import Planner
 from tests.support import cache_replay
 from tests.support import simulated_chats as sim
+from tests.support.server_cache import MODEL, Message, Run, replay
 from tests.support.upstreams.llama import count_prompt_tokens, running_llama_server
 from tests.support.upstreams.proxy_server import running_proxy
-
-Message = dict[str, Any]
-MAX_TOKENS = 1  # the reply is not what is measured: the prompt is
-MODEL = "tiny"
-SENDERS = ("direct", "seed", "ours")
-
-
-@dataclass(slots=True)
-class Run:
-    conversation: str
-    window: int
-    sender: str
-    requests: int = 0
-    answered: int = 0
-    cached: int = 0  # sum of timings.cache_n
-    evaluated: int = 0  # sum of timings.prompt_n
-    breaks: int = 0
-    refused_at: int | None = None
-    kept: list[int] = field(default_factory=list)  # each answered prompt's size
-
-    @property
-    def share(self) -> float:
-        total = self.cached + self.evaluated
-        return self.cached / total if total else 0.0
 
 
 def conversations(quick: bool, shrink: int = 3) -> Iterator[tuple[str, list[list[Message]]]]:
@@ -90,43 +63,7 @@ def conversations(quick: bool, shrink: int = 3) -> Iterator[tuple[str, list[list
     yield f"support chat, {turns} turns", [chat.history(k) for k in range(len(chat.requests))]
 
 
-def send(client: httpx.Client, url: str, messages: list[Message]) -> dict[str, Any] | None:
-    """The server's answer, None when it refused the prompt as too long."""
-    body = {"model": MODEL, "messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0}
-    response = client.post(url, json=body)
-    if response.status_code == 400:
-        return None
-    response.raise_for_status()
-    answer: dict[str, Any] = response.json()
-    return answer
-
-
-def replay(
-    base_url: str,
-    name: str,
-    window: int,
-    sender: str,
-    requests: list[list[Message]],
-    shape: Callable[[list[Message]], list[Message]],
-) -> Run:
-    run = Run(name, window, sender)
-    previous = 0
-    with httpx.Client(timeout=600) as client:
-        for k, history in enumerate(requests):
-            run.requests += 1
-            answer = send(client, f"{base_url}/v1/chat/completions", shape(history))
-            if answer is None:
-                run.refused_at = k
-                break
-            timings = answer["timings"]
-            run.answered += 1
-            run.cached += timings["cache_n"]
-            run.evaluated += timings["prompt_n"]
-            if k and timings["cache_n"] < previous // 2:
-                run.breaks += 1
-            previous = timings["cache_n"] + timings["prompt_n"]
-            run.kept.append(previous)
-    return run
+SENDERS = ("direct", "seed", "ours")
 
 
 def measure(quick: bool, windows: list[int], senders: tuple[str, ...] = SENDERS) -> list[Run]:

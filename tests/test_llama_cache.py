@@ -14,8 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks.bench_server_cache import Run, conversations, replay
 from tests.support import cache_replay
+from tests.support import simulated_chats as sim
+from tests.support.server_cache import Run, replay
 from tests.support.upstreams.llama import LlamaServer, count_prompt_tokens, running_llama_server
 from tests.support.upstreams.proxy_server import running_proxy
 
@@ -40,7 +41,8 @@ def after_first_cut(run: Run) -> list[int]:
 def test_the_proxys_cut_keeps_the_servers_cache_warm_in_a_chat(server: LlamaServer) -> None:
     # The chat only: at 8k the agent loop's results leave no room to grow, and its cut moves on
     # most calls (BENCHMARKS.md, "The server's prompt cache"), which this test would only restate.
-    name, requests = list(conversations(quick=True))[1]
+    chat = sim.simulate(15, tokens_per_turn=650, seed=0)  # bench_server_cache's quick chat
+    name, requests = "chat", [chat.history(k) for k in range(len(chat.requests))]
     with running_proxy(
         f"{server.base_url}/v1", "auto", tokenizer="upstream", upstream_kind="openai"
     ) as proxy:
