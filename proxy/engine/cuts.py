@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from proxy.counting.tokens import text_of
 from proxy.engine.caps import cap_text
-from proxy.engine.index import ConversationIndex, CountMessage
+from proxy.engine.index import ConversationIndex, CountMessage, Message
 from proxy.engine.notes import build_note, is_note, note_without_facts
 
 if TYPE_CHECKING:
@@ -20,9 +20,11 @@ MIN_NOTE_CHARS = 80  # a note's own words, besides its preview
 # Counts of concatenated text differ from the sum of their parts by a token or two at the seams.
 ADDITIVITY_SLACK = 3
 MIN_CAP_TOKENS = 256  # less would keep too little to be worth more than a note
-CAP_ROUNDS = 4
-CAP_FILL = 0.95  # a cap this close to its size is close enough
+CAP_ROUNDS = 12  # each round cuts and counts the result once: a few milliseconds at 100 KB
+CAP_FILL = 0.99  # a cap this close to its size is close enough
+CAP_STEP_CHARS = 16  # a search step smaller than this changes the cut by a token or two
 CAP_NOTE_CHARS = 240  # what `cap_text` takes of its size for its own words
+MIN_CAP_CHARS = CAP_NOTE_CHARS + 120  # the smallest cap that keeps some head and tail
 
 
 @dataclass(slots=True)
@@ -129,31 +131,57 @@ class Cuts:
             return whole
         if (tokens >= cost and not grow) or not text:
             return cost
-        chars = int(len(text) * tokens / max(1, whole))
-        best: tuple[int, str] | None = None
-        for _ in range(CAP_ROUNDS):
-            capped = self._cap_text(text, chars, tool)
-            if capped is None:
-                break
-            size = self.count({**message, "content": capped})
-            if size <= tokens:
-                if best is None or size > best[0]:
-                    best = (size, capped)
-                if size >= tokens * CAP_FILL:
-                    break
-                # `cap_text` keeps less than it is given when the cut part has few error lines.
-                grown = min(int(chars * tokens / max(1, size) * 0.98), len(text) + CAP_NOTE_CHARS - 1)
-                if grown <= chars:
-                    break
-                chars = grown
-            else:
-                chars = int(chars * tokens / size * 0.95)
+        best = self._fit_cap(message, text, tool, tokens, whole)
         if best is not None and (best[0] < cost or (grow and best[0] > cost)):
             size, capped = best
             self.uncapped.setdefault(i, whole)
             self.caps[i] = capped
             return size
         return cost
+
+    def _fit_cap(
+        self, message: Message, text: str, tool: str | None, tokens: int, whole: int
+    ) -> tuple[int, str] | None:
+        """The biggest cap of `text` that costs at most `tokens`, with its cost: a search over the
+        characters kept, proportional until it has a cap under and one over, then by halves. The
+        same room gives the same cut whatever the result's size, within CAP_FILL of the room."""
+        under: tuple[int, int, str] | None = None  # chars, size, capped
+        smallest: tuple[int, str] | None = None  # the cheapest cap tried, for a room smaller than any
+        over = len(text) + CAP_NOTE_CHARS  # fewest chars known to cost more (or to keep it all)
+        chars = int(len(text) * tokens / max(1, whole))
+        for _ in range(CAP_ROUNDS):
+            capped = self._cap_text(text, chars, tool)
+            if capped is None:
+                if under is not None or chars >= len(text):
+                    over = min(over, chars)
+                elif smallest is None and chars < MIN_CAP_CHARS:
+                    chars = MIN_CAP_CHARS  # too small to say what was cut: the least that can say it
+                    continue
+                else:
+                    break
+            else:
+                size = self.count({**message, "content": capped})
+                if smallest is None or size < smallest[0]:
+                    smallest = (size, capped)
+                if size <= tokens:
+                    if under is None or size > under[1]:
+                        under = (chars, size, capped)
+                    if size >= tokens * CAP_FILL:
+                        break
+                else:
+                    over = min(over, chars)
+            low = under[0] if under is not None else 0
+            if under is None:  # shrink in proportion (`size` is known: `capped` was not None)
+                nxt = int(chars * tokens / max(1, size) * 0.97)
+            elif over > len(text) + CAP_NOTE_CHARS - 1:  # grow in proportion, below what keeps it all
+                nxt = min(int(chars * tokens / max(1, under[1]) * 0.99), len(text) + CAP_NOTE_CHARS - 1)
+            else:
+                nxt = (low + over) // 2
+            if nxt <= low or nxt >= over or abs(nxt - chars) < CAP_STEP_CHARS:
+                break
+            chars = nxt
+        # No cap fits the room: the cheapest one, and the room left over is found elsewhere.
+        return smallest if under is None else (under[1], under[2])
 
     def _cap_text(self, text: str, chars: int, tool: str | None) -> str | None:
         # A loop caps its latest results again at every call (the same text to the same size, as the

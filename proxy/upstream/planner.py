@@ -15,6 +15,7 @@ the retry after an overflow (`harder`), and what the answer reports (`learn`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -26,7 +27,7 @@ from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, te
 from proxy.counting.tokens import RequestCounter, text_of
 from proxy.engine.chat import Body, ChatPlan, plan_chat, validated_messages
 from proxy.engine.compaction import Policy
-from proxy.engine.limits import requested_reply
+from proxy.engine.limits import budget_for, requested_reply
 from proxy.engine.overflow import Overflow
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
@@ -53,17 +54,28 @@ EXACT_OFFLOAD_CHARS = 25_000
 # An exact count of the text still estimates the chat template around it (a token or two more a
 # message than `MESSAGE_OVERHEAD` in Qwen's, a preamble for the tools): judged with this margin.
 TEMPLATE_MARGIN = 0.02
-MARGIN_STEP = 0.01  # a compacted request's own margin this much above the whole's is planned again
+MARGIN_STEP = 0.01  # what is sent, this much lighter than the whole request, is planned again with its own margin
 
 
 def _chars(messages: list[dict[str, object]]) -> int:
     """Characters of the messages' text (a cheap size: `len` of each)."""
     return sum(len(text_of(message.get("content"))) for message in messages)
+SETTLE_ROUNDS = 5  # plans made again with a larger margin, for the output's own line
 
 
 def _spec(plan: ChatPlan) -> str:
     """The text counter behind `plan`'s counts (an upstream count scales the estimate)."""
     return "estimate" if plan.counted_by == "upstream" else plan.counted_by
+
+
+def _clamped_for(plan: ChatPlan, margin: float, clamp: bool) -> ChatPlan:
+    """`plan` with its reply limit lowered (when it may be) to leave room for its prompt counted
+    with `margin`, as `plan_chat` lowers it."""
+    reply = plan.max_tokens or plan.reply
+    prompt = math.ceil(plan.result.tokens_after * (1 + margin))
+    if not clamp or not reply or prompt + reply <= plan.window.window:
+        return plan
+    return replace(plan, max_tokens=max(1, plan.window.window - prompt))
 
 
 class Planner:
@@ -196,11 +208,62 @@ class Planner:
                 return plan
         margin = calibrated_margin(self.margins.margin(messages), factor)
         plan = self._engine_plan(body, messages, window, spec, factor, margin)
-        if plan.result.changed:
-            left = calibrated_margin(self.margins.margin(plan.result.messages), factor)
-            if left > margin + MARGIN_STEP:
-                plan = self._engine_plan(body, messages, window, spec, factor, left)
+        if not plan.result.changed or plan.result.overflow:
+            return plan
+        left = calibrated_margin(self.margins.margin(plan.result.messages), factor)
+        if left < margin - MARGIN_STEP:
+            return self._lighter(plan, body, messages, window, spec, left)
+        return self._settled(plan, body, messages, window, spec, margin, left)
+
+    def _settled(
+        self,
+        plan: ChatPlan,
+        body: Body,
+        messages: list[dict[str, object]],
+        window: ModelWindow,
+        spec: str,
+        margin: float,
+        left: float,
+    ) -> ChatPlan:
+        """`plan`, or one made with a larger margin, whose output fits the line its own margin gives
+        it. What compaction removes is mostly ASCII tool output, so what is left may be heavier text
+        (a Chinese paste kept), its margin larger and its line lower than the request's: judged on what
+        is sent, compacted again (a client resends what it sent) it then goes through unchanged."""
+        clamp = self._clamps(window)
+        for _ in range(SETTLE_ROUNDS):
+            if left <= margin:
+                return plan
+            counter = self.counter(spec, plan.factor)
+            if plan.result.tokens_after <= budget_for(body, window, counter, clamp=clamp, margin=left).limit:
+                # It stays; a reply limit lowered beside it is lowered for the margin it goes out with.
+                return _clamped_for(plan, left, clamp)
+            # A little above the output's margin, so that the next output (a little heavier again,
+            # as more ASCII goes) settles within it rather than creeping up round after round.
+            margin = left + MARGIN_STEP
+            plan = self._engine_plan(body, messages, window, spec, plan.factor, margin)
+            if not plan.result.changed or plan.result.overflow:
+                return plan
+            left = calibrated_margin(self.margins.margin(plan.result.messages), plan.factor)
         return plan
+
+    def _lighter(
+        self,
+        plan: ChatPlan,
+        body: Body,
+        messages: list[dict[str, object]],
+        window: ModelWindow,
+        spec: str,
+        left: float,
+    ) -> ChatPlan:
+        """When compaction cut the heavy text (a megabyte of digits noted), what is sent is judged with
+        its own, smaller margin: planned again with it and settled on its output's margin, so the rest
+        is not dropped for a margin it never had. Kept only when it still compacts within the line."""
+        lighter = self._engine_plan(body, messages, window, spec, plan.factor, left)
+        if not lighter.result.changed or lighter.result.overflow:
+            return plan  # the heavy text would go out whole: its margin stands
+        own = calibrated_margin(self.margins.margin(lighter.result.messages), plan.factor)
+        settled = self._settled(lighter, body, messages, window, spec, left, own)
+        return plan if settled.result.overflow or not settled.result.changed else settled
 
     def _engine_plan(
         self,

@@ -1,0 +1,65 @@
+"""The server's prompt cache through the proxy, read from llama-server's own timings (issue 24, item 6).
+
+llama.cpp reuses the longest common prefix of a slot's consecutive prompts and says how much in every
+answer (`timings.cache_n` reused, `timings.prompt_n` evaluated: `result_timings::to_json` in its
+`tools/server/server-task.cpp`). An agent loop and a chat grow past an 8k window through the real
+proxy process; after the first cut, a cut that moved every turn would leave `cache_n` near nothing
+on every request. The pattern's own algorithm (stop as soon as it fits, on every request) is sent the
+same way as the measure's own check: it breaks the prefix far more often.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import cache_replay
+from tests.support import simulated_chats as sim
+from tests.support.server_cache import Run, replay
+from tests.support.upstreams.llama import LlamaServer, count_prompt_tokens, running_llama_server
+from tests.support.upstreams.proxy_server import running_proxy
+
+pytestmark = pytest.mark.llama
+
+WINDOW = 8192
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LlamaServer]:
+    with running_llama_server(ctx=WINDOW) as running:  # its own slot: no other test's prompts in its cache
+        yield running
+
+
+def after_first_cut(run: Run) -> list[int]:
+    """The prompt sizes from the first request that came back smaller than the one before."""
+    first = next((k for k in range(1, len(run.kept)) if run.kept[k] < run.kept[k - 1]), len(run.kept))
+    return run.kept[first:]
+
+
+@pytest.mark.timeout(900)  # two replays of 40 requests on the real server, on a shared machine
+def test_the_proxys_cut_keeps_the_servers_cache_warm_in_a_chat(server: LlamaServer) -> None:
+    # The chat only: at 8k the agent loop's results leave no room to grow, and its cut moves on
+    # most calls (BENCHMARKS.md, "The server's prompt cache"), which this test would only restate.
+    chat = sim.simulate(15, tokens_per_turn=650, seed=0)  # bench_server_cache's quick chat
+    name, requests = "chat", [chat.history(k) for k in range(len(chat.requests))]
+    with running_proxy(
+        f"{server.base_url}/v1", "auto", tokenizer="upstream", upstream_kind="openai"
+    ) as proxy:
+        ours = replay(proxy.base_url, name, WINDOW, "ours", requests, lambda h: h)
+    assert ours.refused_at is None and ours.answered == len(requests)
+    assert max(ours.kept) <= server.n_ctx
+    compacted = after_first_cut(ours)
+    assert len(compacted) >= 5, "the conversation must grow past the line, or this measures nothing"
+    # Cut points only: most requests after the first cut reuse what the one before left in the cache.
+    assert ours.breaks <= 0.6 * len(compacted), f"{ours.breaks} prefix breaks in {len(compacted)} requests"
+    assert ours.share >= 0.5, f"{ours.share:.1%} of prompt tokens from the cache"
+
+    sample = requests[3]
+    ratio = cache_replay.plain_estimate("", sample) / count_prompt_tokens(
+        server.base_url, {"messages": sample}
+    )
+    seed = cache_replay.plain_proxy(int(WINDOW * ratio))
+    plain = replay(server.base_url, name, WINDOW, "seed", requests, lambda h: seed(h).messages)
+    assert plain.refused_at is None
+    assert plain.breaks > ours.breaks
