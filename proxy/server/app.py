@@ -52,6 +52,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await parts.start()
         try:
             yield
         finally:
