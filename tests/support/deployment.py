@@ -38,11 +38,12 @@ def _answers_ping(port: int) -> bool:
 
 
 @contextmanager
-def running_redis() -> Iterator[Redis]:
+def running_redis(port: int | None = None) -> Iterator[Redis]:
+    """A `redis-server` on loopback, on `port` (a free one when None), without persistence."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed (scripts/test.sh installs it from Debian)")
-    port = free_port()
+    port = port or free_port()
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,
