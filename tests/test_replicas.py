@@ -24,6 +24,7 @@ import pytest
 from tests.support.deployment import Deployment, Redis, running_deployment, running_redis
 from tests.support.upstreams.chats import SYSTEM
 from tests.support.upstreams.ollama import FakeOllama, running_fake_ollama
+from tests.support.upstreams.proxy_server import running_proxy
 
 pytestmark = [pytest.mark.redis, pytest.mark.process, pytest.mark.slow]
 
@@ -132,3 +133,16 @@ def test_redis_stopped_mid_run_loses_no_request(redis: Redis) -> None:
     assert len(fake.truncations) == 1, "what was shared before Redis stopped still protects every replica"
     for log in logs:
         assert log.count("shared state (redis) unavailable") == 1, "one warning per replica, not per request"
+
+
+def test_workers_of_one_process_share_what_they_learn(redis: Redis) -> None:
+    """`--workers 3`: the kernel hands each new connection to one of three worker processes."""
+    with (
+        running_fake_ollama() as fake,
+        running_proxy(
+            f"{fake.base_url}/v1", 16384, args=("--workers", "3"), cache_url=redis.url, **SETTINGS
+        ) as proxy,
+    ):
+        flags = converse(proxy.base_url, turns=6)
+    assert flags == ["true", None, None, None, None, None]
+    assert len(fake.truncations) == 1, "after the first cut, every request fit, whichever worker took it"
