@@ -94,7 +94,7 @@ class Parts:
             ollama=ollama,
             summarizer=summarizer,
             headers=UpstreamHeaders(settings, upstream, routes),
-            readiness=Readiness(upstream),
+            readiness=Readiness(upstream, needs_upstream=settings.ready_needs_upstream),
             api_keys=[key.get_secret_value().encode() for key in settings.api_keys],
             records=records,
             shared=shared,
