@@ -52,7 +52,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks import chat_bodies, ttfb
+from benchmarks import ab, chat_bodies, ttfb
 
 HERE = Path(__file__).resolve().parent
 
@@ -230,14 +230,30 @@ def proxy_available() -> str | None:
 
 
 def proxy_instance(
-    name: str, upstream_port: int, window: int, extra: str, exe: str | None = None
+    name: str,
+    upstream_port: int,
+    window: int,
+    extra: str,
+    code: Path | None = None,
+    exe: str | None = None,
 ) -> Instance:
+    """The proxy of this checkout, or with `code` another checkout's `proxy` package on this venv,
+    or with `exe` another checkout's own command."""
     port = free_port()
-    exe = exe or str(Path(PYTHON).parent / "compacting-proxy")
+    env = {"COMPACT_UPSTREAM_URL": f"http://{HOST}:{upstream_port}/v1", "COMPACT_WINDOW": str(window)}
+    if code is not None:  # the console script's own folder comes first on sys.path, then PYTHONPATH
+        env["PYTHONPATH"] = str(code)
     return Instance(
         name,
-        [exe, "--host", HOST, "--port", str(port), *extra.split()],
-        env={"COMPACT_UPSTREAM_URL": f"http://{HOST}:{upstream_port}/v1", "COMPACT_WINDOW": str(window)},
+        [
+            exe or str(Path(PYTHON).parent / "compacting-proxy"),
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            *extra.split(),
+        ],
+        env=env,
         port=port,
     )
 
@@ -520,6 +536,9 @@ def report(res: dict[str, Any]) -> str:
     for note in res["notes"]:
         lines.append(f"- note: {note}")
 
+    against = ab.baseline_lines(res)
+    if against:
+        lines += ["", "## Against the baselines (--baseline)", "", *against]
     goals = goal_lines(res)
     if goals:
         lines += ["", "## Goals (issue 6)", "", *goals]
@@ -578,6 +597,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--large-window", type=int, default=20000, help="COMPACT_WINDOW for the large chat")
     p.add_argument("--small-window", type=int, default=500, help="COMPACT_WINDOW for the small chats")
     p.add_argument("--proxy-args", default="--no-access-log", help="extra compacting-proxy arguments")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="another checkout (e.g. `git archive REV | tar -x -C DIR`), run as the target "
+        "proxy-under-line@<DIR's name> on this venv; may be given more than once",
+    )
     p.add_argument("--before", help="another checkout's compacting-proxy, run as the proxy-before target")
     p.add_argument("--out", type=Path, default=HERE / "results")
     args = p.parse_args(argv)
@@ -600,17 +628,20 @@ def build_targets(
         "bare-aiohttp-native": "aiohttp-native",
     }
     proxy_missing = proxy_available() if any(n.startswith("proxy") for n in names) else None
+    baselines = {path.name: path.resolve() for path in args.baseline}
     targets = []
     for name in names:
         if name == "direct":
             targets.append(Target(name, {"*": up}))
         elif name in transports:
             targets.append(Target(name, {"*": bare_instance(name, transports[name], up.port, lifetime)}))
-        elif name == "proxy-under-line":
+        elif name.partition("@")[0] == "proxy-under-line":
             if proxy_missing:
                 notes.append(f"{name} skipped: {proxy_missing}")
                 continue
-            targets.append(Target(name, {"*": proxy_instance(name, up.port, 1_000_000, args.proxy_args)}))
+            code = baselines.get(name.partition("@")[2])
+            instance = proxy_instance(name, up.port, 1_000_000, args.proxy_args, code)
+            targets.append(Target(name, {"*": instance}, note=f"the code of {code}" if code else ""))
         elif name == "proxy-before":
             if not args.before:
                 raise SystemExit("the proxy-before target needs --before PATH")
@@ -675,6 +706,7 @@ def main(argv: list[str] | None = None) -> int:
         names += [n for n in EXTRA_BARE if n not in names]
     if args.litellm and "litellm" not in names:
         names.append("litellm")
+    names += [f"proxy-under-line@{path.name}" for path in args.baseline]
     bodies = [b for b in args.bodies.split(",") if b]
     clients = [int(c) for c in args.clients.split(",") if c]
     stream_clients = args.stream_clients or None
@@ -735,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
                 shift = rnd % max(len(live), 1)
                 for t in live[shift:] + live[:shift]:
                     inst = t.for_body(cell.body)
+                    cpu = ab.cpu_seconds(inst.pid)
                     r = run_wrk(
                         inst.port,
                         body_paths[cell.body],
@@ -742,6 +775,9 @@ def main(argv: list[str] | None = None) -> int:
                         args.duration,
                         timeout=args.duration + 90,
                     )
+                    after = ab.cpu_seconds(inst.pid)
+                    if "error" not in r and cpu is not None and after is not None and r["requests"]:
+                        r["cpu_us"] = (after - cpu) / r["requests"] * 1e6
                     raw[t.name].setdefault(cell.key, []).append(r)
                     settle(inst, small_body)
                     print(

@@ -1,4 +1,5 @@
-"""The `compacting-proxy` command: serve the proxy with uvicorn, or replay the built-in demo."""
+"""The `compacting-proxy` command: serve the proxy with uvicorn, replay the built-in demo, or run an
+agent CLI through a proxy of its own (`run`)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     demo.add_argument("--turns", type=int, default=12, help="user requests to replay (default: 12)")
     demo.add_argument("--window", type=int, default=8000, help="the stub model's window (default: 8000)")
+    add_run_parser(sub)
     return parser.parse_args(argv)
+
+
+def add_run_parser(sub: Any) -> None:
+    from proxy.run.agents import CLIS
+
+    run = sub.add_parser(
+        "run",
+        help="start a proxy, run an agent CLI through it, stop the proxy when the CLI exits",
+        description="Start a proxy on a free loopback port (COMPACT_* settings as for the proxy "
+        "itself), run the CLI pointed at it on this terminal, and exit with the CLI's status. The "
+        "CLI's own arguments go after `--`: compacting-proxy run codex -- exec 'fix the tests'.",
+    )
+    run.add_argument("cli", choices=CLIS)
+    run.add_argument("--proxy", metavar="URL", help="use this running proxy instead of starting one")
+    run.add_argument(
+        "--model",
+        help="the model the CLI asks for (default: the first the upstream lists at /v1/models; "
+        "the CLI's own default where the upstream lists its vendor's models)",
+    )
+    run.add_argument("--upstream", metavar="URL", help="the proxy's upstream (COMPACT_UPSTREAM_URL)")
+    run.add_argument(
+        "--window", metavar="TOKENS", help="the proxy's window, a number or auto (COMPACT_WINDOW)"
+    )
+    run.add_argument(
+        "--tell-window",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also tell the CLI the window where it can be told (default: no; see the README)",
+    )
+    run.add_argument("--port", dest="run_port", type=int, help="the proxy's port (default: a free one)")
+    run.add_argument("--env-file", dest="run_env_file", help="the proxy's COMPACT_* settings file")
+    run.add_argument("--log", metavar="FILE", help="the proxy's log (default: a new file in the temp dir)")
 
 
 def load_settings(env_file: str | None) -> Settings:
@@ -68,7 +102,14 @@ def load_settings(env_file: str | None) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    cli_args: list[str] = []
+    if "run" in argv and "--" in argv[argv.index("run") :]:
+        split = argv.index("--", argv.index("run"))
+        argv, cli_args = argv[:split], argv[split + 1 :]
     args = parse_args(argv)
+    if args.command == "run":
+        raise SystemExit(run_agent(args, cli_args))
     if args.command == "demo":
         from proxy.demo import run_demo
 
@@ -87,6 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["COMPACT_HEADER_TIMEOUT"] = str(settings.header_timeout)
     os.environ["COMPACT_BODY_TIMEOUT"] = str(settings.body_timeout)
     os.environ["COMPACT_MAX_CLIENT_CONNECTIONS"] = str(settings.max_client_connections)
+    os.environ["COMPACT_MIN_BODY_RATE"] = str(settings.min_body_rate)
+    os.environ["COMPACT_MIN_BODY_RATE_GRACE"] = str(settings.min_body_rate_grace)
     options: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
@@ -109,6 +152,28 @@ def main(argv: list[str] | None = None) -> None:
     # found installed: make that one a clean exit, status 0, as containers expect.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run("proxy.server.app:app_from_env", **options)
+
+
+def run_agent(args: argparse.Namespace, cli_args: list[str]) -> int:
+    from proxy.run.launcher import RunError, RunOptions, run
+
+    options = RunOptions(
+        cli=args.cli,
+        args=cli_args,
+        proxy=args.proxy,
+        model=args.model,
+        window=args.window,
+        upstream=args.upstream,
+        tell_window=args.tell_window,
+        port=args.run_port,
+        env_file=args.run_env_file or args.env_file,
+        log=args.log,
+    )
+    try:
+        return run(options)
+    except RunError as exc:
+        print(f"compacting-proxy run: {exc}", file=sys.stderr)
+        return 2
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:

@@ -93,6 +93,13 @@ class Metrics:
             ["table"],
             registry=r,
         )
+        self.table_bytes = Gauge(
+            "compacting_proxy_table_bytes",
+            "Bytes held by the proxy's in-process memos (notes and caps, summaries): each bounded by "
+            "COMPACT_MEMO_BYTES.",
+            ["table"],
+            registry=r,
+        )
         self.summaries = Counter(
             "compacting_proxy_summaries", "Summaries of dropped exchanges, by source.", ["source"], registry=r
         )
@@ -116,6 +123,10 @@ class Metrics:
     def watch_table(self, name: str, size: Callable[[], int]) -> None:
         """Report `size()` as the entries of the table `name` whenever metrics are read."""
         self.table_entries.labels(name).set_function(lambda: float(size()))
+
+    def watch_table_bytes(self, name: str, size: Callable[[], int]) -> None:
+        """Report `size()` as the bytes of the memo `name` whenever metrics are read."""
+        self.table_bytes.labels(name).set_function(lambda: float(size()))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

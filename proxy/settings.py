@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     upstream_kind: Literal["auto", "ollama", "openai", "anthropic"] = "auto"
     ollama_num_ctx: bool = True
     ollama_max_num_ctx: int = Field(default=32768, gt=0)
+    # Gemini API requests: to a Gemini-speaking upstream as they are, or bridged to its Chat
+    # Completions; `auto`: native for Google's generativelanguage API, else the bridge.
+    gemini_upstream: Literal["auto", "native", "chat"] = "auto"
 
     window: PositiveInt | Literal["auto"] = "auto"
     fallback_window: int = Field(default=8192, gt=0)
@@ -94,6 +97,8 @@ class Settings(BaseSettings):
     # load balancer that should keep answering in the client's protocol while a shared upstream is down).
     ready_needs_upstream: bool = True
     tokenizer: str = "estimate"
+    # Count exactly where the model's name says which bundled tokenizer it uses (Qwen, GPT, Llama 3).
+    tokenizer_by_model: bool = True
     exact_count_from: float = Field(default=0.5, ge=0)
     calibrate: bool = True
     clamp_max_tokens: bool | Literal["auto"] = "auto"
@@ -121,6 +126,7 @@ class Settings(BaseSettings):
     cache_url: str | None = None
     cache_size: int = Field(default=1024, ge=1)
     cache_ttl: int = Field(default=7 * 24 * 3600, ge=1)
+    memo_bytes: int = Field(default=64 * 1024 * 1024, ge=0)  # each in-process memo's bound
 
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
     log_format: Literal["text", "json"] = "text"
@@ -146,6 +152,9 @@ class Settings(BaseSettings):
     body_timeout: float = Field(default=30.0, gt=0)
     keep_alive_timeout: float = Field(default=5.0, gt=0)
     max_client_connections: int = Field(default=1000, ge=1)
+    # Under load (half the cap open), a body slower than this on average after the grace gets 408; 0: never.
+    min_body_rate: float = Field(default=240.0, ge=0)
+    min_body_rate_grace: float = Field(default=5.0, gt=0)
 
     @field_validator("upstream_url", "summary_url")
     @classmethod

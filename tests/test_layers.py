@@ -26,6 +26,7 @@ RANKS = {
     "proxy.bridges": 7,
     "proxy.server": 8,
     "proxy.cli": 9,
+    "proxy.run": 9,
     "proxy.demo": 9,
     "proxy.stub": 9,
     "proxy.__main__": 9,

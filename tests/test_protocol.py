@@ -147,11 +147,12 @@ async def test_a_head_not_complete_in_time_gets_408_and_is_closed() -> None:
 
 
 async def test_a_body_that_keeps_coming_is_not_cut_and_one_that_stops_is() -> None:
-    protocol, transport = await open_protocol(10, 0.1)
+    protocol, transport = await open_protocol(10, 0.5)
     request = post(20)
     head = request[: request.index(b"\r\n\r\n") + 4]
     protocol.data_received(head)
-    for byte in request[len(head) :]:  # a byte every 40 ms: slow, never idle for 100 ms
+    # A byte every 40 ms: slow, never idle for 500 ms (a margin for a loaded machine's late timers).
+    for byte in request[len(head) :]:
         await asyncio.sleep(0.04)
         protocol.data_received(bytes([byte]))
     for _ in range(100):
@@ -160,6 +161,43 @@ async def test_a_body_that_keeps_coming_is_not_cut_and_one_that_stops_is() -> No
         await asyncio.sleep(0.01)
     assert transport.written.startswith(b"HTTP/1.1 200") and not transport.closing
     protocol.data_received(post(20)[: len(head) + 5])  # the next request's body stops after 5 bytes
-    await asyncio.sleep(0.2)
+    for _ in range(300):
+        if transport.closing:
+            break
+        await asyncio.sleep(0.01)
     assert transport.closing and b"HTTP/1.1 408" in transport.written
     protocol.connection_lost(None)
+
+
+# --- pipelining: parsed one message at a time, the connection held while the queue is full ---------
+
+
+async def test_pipelined_requests_wait_in_a_bounded_queue_and_are_all_answered() -> None:
+    from proxy.server.protocol import MAX_QUEUED
+
+    protocol, transport = await open_protocol(10, 10)
+    requests = 500
+    protocol.data_received(post(0) * requests)  # one read: 500 requests
+    assert len(protocol.pipeline) <= MAX_QUEUED and protocol.backlog and protocol.flow.held
+    longest = 0
+    for _ in range(20_000):
+        if transport.written.count(b"HTTP/1.1 200") >= requests:
+            break
+        longest = max(longest, len(protocol.pipeline))
+        await asyncio.sleep(0)
+    assert transport.written.count(b"HTTP/1.1 200") == requests
+    assert longest <= MAX_QUEUED and not protocol.backlog and not protocol.flow.held
+    protocol.connection_lost(None)
+
+
+async def test_a_slow_body_is_cut_by_the_minimum_rate_only_when_the_proxy_is_busy() -> None:
+    for busy in (False, True):
+        protocol, transport = await open_protocol(10, 10)
+        protocol.min_rate_grace = 0.1
+        protocol.max_client_connections = 1 if busy else 1000  # one open connection: half the cap
+        request = post(20)
+        protocol.data_received(request[: request.index(b"\r\n\r\n") + 5])  # a head and one byte
+        await asyncio.sleep(0.6)
+        cut = transport.written.startswith(b"HTTP/1.1 408 ")
+        assert cut == busy and transport.closing == busy, (busy, bytes(transport.written[:60]))
+        protocol.connection_lost(None)

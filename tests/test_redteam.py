@@ -379,7 +379,8 @@ def test_3_connections_past_the_cap_get_503_and_the_proxy_recovers() -> None:
         time.sleep(0.2)
         extra = socket.create_connection(("127.0.0.1", port))
         extra.settimeout(2)
-        assert extra.recv(4096).startswith(b"HTTP/1.1 503 ")
+        extra.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: p\r\nContent-Length: 2\r\n\r\n{}")
+        assert extra.recv(4096).startswith(b"HTTP/1.1 503 ")  # past the cap only probes are answered
         time.sleep(2.5)  # the held ones pass their head timeout
         assert httpx.get(proxy.base_url + "/healthz", timeout=5).status_code == 200
         for sock in [*held, extra]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from typing import Any, Generic, TypeVar
@@ -26,26 +27,46 @@ V = TypeVar("V")
 
 
 class LruCache:
-    """The least recently used entries go first once there are `size` of them."""
+    """The least recently used entries go first once there are `size` of them, or once they hold
+    more than `max_bytes` (their keys and values as Python keeps them; an entry larger than that is
+    not kept at all): a memo of capped results of a 1M-token window each stays within its bytes."""
 
-    def __init__(self, size: int = 1024) -> None:
+    def __init__(self, size: int = 1024, max_bytes: int | None = None) -> None:
         self.size = size
-        self._items: OrderedDict[Hashable, str] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict[Hashable, tuple[str, int]] = OrderedDict()
 
     def get(self, key: Hashable) -> str | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
+        item = self._items.get(key)
+        if item is None:
+            return None
+        self._items.move_to_end(key)
+        return item[0]
 
     def __len__(self) -> int:
         return len(self._items)
 
     def put(self, key: Hashable, value: str) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
+        weight = entry_bytes(key) + sys.getsizeof(value)
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        if self.max_bytes is not None and weight > self.max_bytes:
+            return
+        self._items[key] = (value, weight)
+        self.bytes += weight
+        while len(self._items) > self.size or (self.max_bytes is not None and self.bytes > self.max_bytes):
+            self.bytes -= self._items.popitem(last=False)[1][1]
+
+
+ENTRY_OVERHEAD = 160  # an OrderedDict entry, its tuple and its links
+
+
+def entry_bytes(key: Hashable) -> int:
+    """What a key costs in memory with its entry (a tuple's parts counted, each once)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return ENTRY_OVERHEAD + sys.getsizeof(key) + sum(sys.getsizeof(part) for part in parts if part is not key)
 
 
 def table_key(key: Hashable) -> Hashable:
@@ -97,8 +118,15 @@ class ModelTable(Generic[V]):
 class SummaryCache:
     """Two levels: the local LRU, then Redis if configured."""
 
-    def __init__(self, *, size: int = 1024, redis_url: str | None = None, ttl: int = 7 * 24 * 3600) -> None:
-        self.local = LruCache(size)
+    def __init__(
+        self,
+        *,
+        size: int = 1024,
+        redis_url: str | None = None,
+        ttl: int = 7 * 24 * 3600,
+        max_bytes: int | None = None,
+    ) -> None:
+        self.local = LruCache(size, max_bytes)
         self.ttl = ttl
         self.redis: Any = None
         if redis_url:

@@ -68,10 +68,14 @@ def json_text(value: Any) -> str:
     """Compact JSON of a value, for counting structures a template renders as JSON."""
     try:
         return orjson.dumps(value).decode()
-    except TypeError:  # integers beyond 64 bits
+    except TypeError:  # lone surrogates; numbers kept as their text (orjson.Fragment) written as text
         import json
 
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_fragment_text)
+
+
+def _fragment_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
 
 
 class RequestCounter:

@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.compaction import Budget, CompactionResult, NoteMemo, Policy, compact
-from proxy.engine.limits import budget_for, reply_limit_field, requested_reply
+from proxy.engine.limits import budget_for, reply_limit_field, requested_reply, thinking_budget
 from proxy.errors import ProxyError
 from proxy.settings import ModelWindow
 
@@ -56,6 +56,10 @@ class ChatPlan:
     reply: int | None = None  # the reply limit the request asked for
     reply_field: str = "max_tokens"
     summarized: int = 0  # dropped runs replaced by a summary (level 3)
+    # The thinking budget lowered with the reply limit (Anthropic's `budget_tokens` must stay under
+    # `max_tokens`); 0: thinking turned off, no valid budget fitting the reply limit.
+    thinking_budget: int | None = None
+    margin: float = 0.0  # what the counter may undercount, as a share: judged against window / (1 + margin)
 
     def headers(self) -> dict[str, str]:
         """`x-compaction-*` response headers, on compacted requests only."""
@@ -71,7 +75,13 @@ class ChatPlan:
         if result.overflow:
             headers["x-compaction-overflow"] = "true"
         if self.max_tokens is not None:
-            headers["x-compaction-max-tokens"] = str(self.max_tokens)
+            headers["x-compaction-max-tokens"] = str(self.max_tokens) + (
+                ""
+                if self.thinking_budget is None
+                else f"; budget_tokens={self.thinking_budget}"
+                if self.thinking_budget
+                else "; thinking=disabled"
+            )
         if self.summarized:
             headers["x-compaction-summarized"] = str(self.summarized)
         if result.capped:
@@ -115,7 +125,9 @@ class ChatPlan:
             ),
             "counted_by": self.counted_by,
             "calibration_factor": self.factor,
+            "margin": round(self.margin, 4),
             "max_tokens": self.max_tokens,
+            "thinking_budget": self.thinking_budget,
         }
 
     def summary(self) -> str:
@@ -156,6 +168,10 @@ def plan_chat(
     prompt = math.ceil(result.tokens_after * (1 + margin))  # what the prompt may really be
     if clamp and requested and prompt + requested > window.window:
         max_tokens = max(1, window.window - prompt)
+    thinking = None
+    asked = body.get("thinking_budget")  # a neutral request's: Anthropic's `thinking.budget_tokens`
+    if max_tokens is not None and isinstance(asked, int) and asked >= max_tokens:
+        thinking = thinking_budget(asked, max_tokens)
     return ChatPlan(
         str(body.get("model") or ""),
         window,
@@ -165,4 +181,6 @@ def plan_chat(
         max_tokens=max_tokens,
         reply=requested,
         reply_field=reply_limit_field(body),
+        margin=margin,
+        thinking_budget=thinking,
     )

@@ -8,7 +8,8 @@ leaves that look like facts (`key=value`). The rarest kinds come first, so that 
 similar records the one order number or error that stands alone is kept.
 
 Bounded work: every pattern is linear in what it reads, and at most `MAX_SCANNED` tokens or JSON
-leaves of a result are looked at.
+values (leaves and containers, empty ones too) of a result are looked at; a JSON result is parsed
+only up to `JSON_CHARS`, a larger one is read as text (its head and tail).
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ from proxy.engine.scanning import (
 
 FACT_CHARS = 360
 MAX_CANDIDATES = 1_000  # facts considered per result: enough for rarity, bounded for huge results
-MAX_SCANNED = 20_000  # tokens or JSON leaves looked at per result: bounded work for any size
+MAX_SCANNED = 20_000  # tokens or JSON values looked at per result: bounded work for any size
+# JSON results up to this size are parsed for their `key=value` facts (orjson builds a 256 KB
+# `[[],[],...]` in about 10 ms, a 4 MB one in 300); a larger one is read as text, head and tail.
+JSON_CHARS = 262_144
 # What a full facts section typically looks like, for costing a note before its facts are found.
 TYPICAL_FACTS = (
     " Kept: order_id=4471; sku=BW-2231; name=front wheel 700c; price=129.00; qty=2; status=shipped; "
@@ -126,7 +130,7 @@ def _shape(fact: str) -> str:
 def _facts(text: str) -> Iterator[tuple[str, int]]:
     """Each fact of `text` (repeats too: how often a name occurs says how central it is) with its rank."""
     stripped = text.lstrip()
-    if stripped[:1] in ("{", "["):
+    if stripped[:1] in ("{", "[") and len(stripped) <= JSON_CHARS:
         try:
             for fact in _json_facts(orjson.loads(stripped)):
                 yield fact, RANK_ID
@@ -224,15 +228,17 @@ def _json_facts(root: Any) -> Iterator[str]:
     stack: list[Iterator[tuple[str, Any]]] = [iter((("", root),))]
     fact_key: dict[str, bool] = {}
     leaves = 0
-    while stack and leaves < MAX_SCANNED:
+    while stack:
         for key, value in stack[-1]:
+            leaves += 1  # containers too, empty ones included: `[[],[],...]` is bounded like text
+            if leaves > MAX_SCANNED:
+                return
             if isinstance(value, dict):
                 stack.append((str(k), v) for k, v in value.items())
                 break
             if isinstance(value, list):
                 stack.append((key, v) for v in value)
                 break
-            leaves += 1
             if value is None:
                 continue
             if key not in fact_key:

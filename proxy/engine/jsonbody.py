@@ -2,13 +2,20 @@
 integers and lone surrogates kept as the client sent them), refused with a clear 400 when it is not
 a JSON object or nests too deep, and dumped the way it came in.
 
+A number beyond a double (`1e4000`) or an integer beyond 64 bits (`10**30`) is kept as its text, an
+`orjson.Fragment` that every `orjson.dumps` writes back as it came: never turned into an exact Python
+integer (each such integer of thousands of digits cost milliseconds to build and to write, so 10,000
+of them froze the loop for seconds), and never refused by orjson's 64-bit range where the proxy
+counts. The standard library's encoder needs `default=fragment_text` for them.
+
 Pure: bytes in, dicts out, and back.
 """
 
 from __future__ import annotations
 
 import json
-from decimal import Decimal
+import re
+import secrets
 from typing import Any
 
 import orjson
@@ -20,36 +27,56 @@ _HUGE = float(2**63)
 # the standard library's encoder) has room for this and more under Python's recursion limit, and no
 # chat request nests anywhere near it.
 MAX_JSON_DEPTH = 512
-_MAX_EXPONENT = 4000  # Python turns integers of more digits than about this into text only slowly
+_INT64 = 2**63
+_INT_DIGITS = 18  # an integer of this many digits or fewer fits in 64 bits
 
 
 def _scan(value: Any) -> tuple[int, bool]:
     """How deep a parsed value nests, and whether it holds a number beyond 64 bits (one walk of the
-    containers, no recursion; it stops past `MAX_JSON_DEPTH`)."""
+    containers, no recursion; it stops past `MAX_JSON_DEPTH`). Only containers are stacked: the
+    scalars of one are looked at in its own loop."""
+    if not isinstance(value, dict | list):
+        return 0, type(value) is float and not -_HUGE < value < _HUGE
     stack = [(value, 1)]
     deepest, huge = 0, False
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
+        if depth > deepest:
+            deepest = depth
             if deepest > MAX_JSON_DEPTH:
                 break
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-        elif type(item) is float and not -_HUGE < item < _HUGE:
-            huge = True
+        for child in item.values() if isinstance(item, dict) else item:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append((child, depth + 1))
+            elif kind is float and not -_HUGE < child < _HUGE:
+                huge = True
     return deepest, huge
 
 
-def _exact_float(text: str) -> float | int:
-    """A JSON number with a fraction or exponent: a float, or the integer it is when it is beyond a
-    double's range (1e400 is exactly ten to the 400th), so it can be written back as the same value."""
+def _exact_float(text: str) -> float | orjson.Fragment:
+    """A JSON number with a fraction or exponent: a float, or its own text when it is beyond a
+    double's range (1e400), so it is written back as the same value."""
     number = float(text)
     if number not in (float("inf"), float("-inf")):
         return number
-    exact = Decimal(text)
-    if abs(exact.adjusted()) > _MAX_EXPONENT:
-        raise ValueError(f"number {text[:40]!r} is out of range")
-    return int(exact)
+    return orjson.Fragment(text)
+
+
+def _exact_int(text: str) -> int | orjson.Fragment:
+    """A JSON integer: an int within 64 bits, else its own text (never an int of thousands of digits)."""
+    if len(text) <= _INT_DIGITS:
+        return int(text)
+    if len(text) <= _INT_DIGITS + 2 and -_INT64 <= (number := int(text)) < _INT64:
+        return number
+    return orjson.Fragment(text)
+
+
+def fragment_text(value: Any) -> str:
+    """`default=` for the standard library's encoder: a kept number's text (as a JSON string)."""
+    if isinstance(value, orjson.Fragment):
+        return orjson.dumps(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _no_constants(name: str) -> Any:
@@ -67,7 +94,12 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         except orjson.JSONDecodeError:
             exact = True
         if exact:
-            body = json.loads(raw.decode("utf-8"), parse_float=_exact_float, parse_constant=_no_constants)
+            body = json.loads(
+                raw.decode("utf-8"),
+                parse_float=_exact_float,
+                parse_int=_exact_int,
+                parse_constant=_no_constants,
+            )
             depth = _scan(body)[0]
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ProxyError(400, f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
@@ -87,6 +119,17 @@ def dump_json(value: Any) -> bytes:
     try:
         return orjson.dumps(value)
     except TypeError:
-        # Integers beyond 64 bits. ASCII escapes keep even a lone surrogate (which the standard
-        # library's parser accepts) valid on the wire.
-        return json.dumps(value, separators=(",", ":")).encode()
+        # A lone surrogate (which the standard library's parser accepts), or an int beyond 64 bits
+        # built by the proxy's caller: ASCII escapes keep it valid on the wire. Kept numbers go in
+        # as placeholders, then their own text in their place.
+        numbers: list[str] = []
+        mark = secrets.token_hex(8)
+
+        def placeholder(item: Any) -> str:
+            numbers.append(fragment_text(item))
+            return f"{mark}{len(numbers) - 1}{mark}"
+
+        text = json.dumps(value, separators=(",", ":"), default=placeholder)
+        if numbers:
+            text = re.sub(f'"{mark}([0-9]+){mark}"', lambda m: numbers[int(m.group(1))], text)
+        return text.encode()

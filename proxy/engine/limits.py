@@ -1,14 +1,13 @@
 """Where a request's line is: the window, less the room its reply needs, less the margin for what
-the estimate may undercount (by how much of the text is wide). Pure arithmetic over the body's
-reply limit, the model's `ModelWindow` and the counter's fixed part.
+the counter may undercount (`proxy.counting.margin` measures the estimate's by what the text is).
+Pure arithmetic over the body's reply limit, the model's `ModelWindow` and the counter's fixed part.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from proxy.counting.tokens import RequestCounter, text_of
+from proxy.counting.tokens import RequestCounter
 from proxy.engine.compaction import Budget
 from proxy.settings import ModelWindow
 
@@ -31,39 +30,20 @@ def reply_room(body: Body, window: ModelWindow) -> int:
     return requested_reply(body) or window.reply_reserve
 
 
-# What the estimate may undercount a prompt by, from `benchmarks/ESTIMATOR.md` (its worst samples
-# against cl100k and Qwen2.5): ASCII text (prose, code, JSON, logs) up to 16%; Chinese and Japanese
-# 28% under cl100k (1.39x real tokens per estimated one). A request is judged against the window
-# shrunk by this margin, so an estimate's error never sends it over the real window; once the
-# upstream has reported counts for the model, the calibration carries most of it and half remains.
-ASCII_MARGIN = 0.16
-WIDE_MARGIN = 0.40
+# Anthropic's rule for extended thinking: 1024 <= `thinking.budget_tokens` < `max_tokens`.
+MIN_THINKING_BUDGET = 1024
 
 
-@dataclass(frozen=True, slots=True)
-class TextSize:
-    chars: int  # characters of the messages' text
-    wide: int  # of them, about how many are wide (CJK: 3 bytes in UTF-8)
-
-
-def text_size(messages: list[dict[str, Any]]) -> TextSize:
-    """How much text the messages hold, and how much of it is wide. Linear, in C (`str.encode`)."""
-    chars = wide = 0
-    for message in messages:
-        text = text_of(message.get("content"))
-        if text:
-            size = len(text.encode("utf-8", "surrogatepass"))
-            chars += len(text)
-            wide += (size - len(text)) // 2
-    return TextSize(chars, wide)
-
-
-def estimate_margin(size: TextSize, *, calibrated: bool = False) -> float:
-    """The margin for the estimate's error on text of this `size`: ASCII's, rising to CJK's with the
-    share of wide characters."""
-    share = min(1.0, size.wide / size.chars) if size.chars else 0.0
-    margin = ASCII_MARGIN + (WIDE_MARGIN - ASCII_MARGIN) * share
-    return margin / 2 if calibrated else margin
+def thinking_budget(asked: int, max_tokens: int) -> int:
+    """The thinking budget that stays valid beside a reply limit lowered to `max_tokens`: the budget
+    asked for if it is already below it, else three quarters of the reply for thinking and the rest
+    for the answer (a tool call, the reply's words), at least Anthropic's 1,024; 0 when no valid
+    budget fits (a reply limit of 1,024 or less), and thinking is turned off."""
+    if asked < max_tokens:
+        return asked
+    if max_tokens <= MIN_THINKING_BUDGET:
+        return 0
+    return max(MIN_THINKING_BUDGET, min(asked, max_tokens - max(1, max_tokens // 4)))
 
 
 def budget_for(

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from proxy.counting.tokens import json_text, text_of
+from proxy.engine.jsonbody import fragment_text
 from proxy.engine.notes import is_dropped_marker
 
 SUMMARY_PREFIX = "[Summary of earlier conversation, written to save context:"
@@ -44,7 +45,7 @@ def message_hash(message: dict[str, Any]) -> bytes:
     try:
         encoded = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # integers beyond 64 bits, nesting past orjson's 255 levels, lone surrogates
-        encoded = json.dumps(message, sort_keys=True, separators=(",", ":")).encode()
+        encoded = json.dumps(message, sort_keys=True, separators=(",", ":"), default=fragment_text).encode()
     return hashlib.sha256(encoded).digest()
 
 

@@ -77,6 +77,10 @@ class AnthropicMessages:
             request["tools"] = [_chat_tool(tool) for tool in tools]
         if (reply := int_field(body.get("max_tokens"))) is not None:
             request["max_tokens"] = reply
+        thinking = body.get("thinking")
+        enabled = isinstance(thinking, dict) and thinking.get("type") == "enabled"
+        if enabled and (budget := int_field(thinking.get("budget_tokens"))) is not None:  # type: ignore[union-attr]
+            request["thinking_budget"] = budget  # kept under a lowered max_tokens
         return Conversation(request, sources)
 
     def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
@@ -88,6 +92,12 @@ class AnthropicMessages:
             )
         if plan.max_tokens is not None:
             changed["max_tokens"] = plan.max_tokens
+        if plan.thinking_budget is not None:
+            # Anthropic: 1024 <= budget_tokens < max_tokens, else thinking off.
+            budget = plan.thinking_budget
+            changed["thinking"] = (
+                {**body["thinking"], "budget_tokens": budget} if budget else {"type": "disabled"}
+            )
         return changed
 
     def streamed(self, body: Body) -> bool:
@@ -124,7 +134,7 @@ class AnthropicMessages:
         by the proxy for a server that does not, and the field itself taken out: it is done."""
         if "context_management" not in body:
             return body
-        edited = apply_context_edits(body, _prompt_estimate)
+        edited = apply_context_edits(body, _prompt_estimate, _part_estimate)
         return {k: v for k, v in edited.items() if k != "context_management"}
 
     def context_report(self, original: Body, edited: Body) -> AppliedEdits | None:
@@ -266,3 +276,7 @@ def _last_usage(tail: bytes) -> dict[str, Any] | None:
 
 def _prompt_estimate(body: Body) -> int:
     return estimate_text_tokens(json_text({k: body.get(k) for k in ("system", "messages", "tools")}))
+
+
+def _part_estimate(part: object) -> int:
+    return estimate_text_tokens(json_text(part))

@@ -1,7 +1,11 @@
 """Anthropic's context edits (`context_management.edits`), applied by the proxy for a server that
 does not implement them: `clear_thinking` and `clear_tool_uses`, on the request's Anthropic messages
 as they came, before the request is compacted like any other
-(`AnthropicMessages.context_edits` decides when).
+(`AnthropicMessages.context_edits` decides when). The edits are read and checked first
+(`proxy.formats.anthropic_edit_specs`: a wrong field is a 400 naming it).
+
+The prompt is counted once, whatever the number of edits: each edit then counts only the blocks it
+changes and keeps the running total, so the cost is linear in the body, not edits times body.
 """
 
 from __future__ import annotations
@@ -10,45 +14,50 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.engine.chat import Body
-from proxy.formats.base import int_field
+from proxy.formats.anthropic_edit_specs import ClearThinking, ClearToolUses, read_edits
 
-# Context editing, as Anthropic documents it (docs.claude.com, "Context editing", beta
-# `context-management-2025-06-27`): the two strategies a proxy can apply itself, faithfully, for a
-# server that does not implement them. Other edit types (`compact_20260112`: a summary the model
-# writes) are left to the proxy's own compaction.
-CLEAR_THINKING = "clear_thinking_20251015"
-CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 CLEARED_RESULT = "[Tool result cleared to save context. Call the tool again if you need it.]"
-DEFAULT_TRIGGER_TOKENS = 100_000
-DEFAULT_KEEP_TOOL_USES = 3
-DEFAULT_KEEP_THINKING_TURNS = 1
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+Count = Callable[[Any], int]
 
 
-def apply_context_edits(body: Body, count_tokens: Callable[[Body], int]) -> Body:
+class _Prompt:
+    """The prompt's size, counted the first time an edit needs it, then kept up to date."""
+
+    def __init__(self, body: Body, count_tokens: Callable[[Body], int]) -> None:
+        self.body, self.count_tokens = body, count_tokens
+        self.tokens: int | None = None
+
+    def size(self) -> int:
+        if self.tokens is None:
+            self.tokens = self.count_tokens(self.body)
+        return self.tokens
+
+    def shrink(self, tokens: int) -> None:
+        if self.tokens is not None:
+            self.tokens -= tokens
+
+
+def apply_context_edits(body: Body, count_tokens: Callable[[Body], int], count_part: Count) -> Body:
     """`body` with the edits its `context_management` names applied (the field itself kept as it
     came); `body` itself when none applies. `count_tokens(body)` is the prompt's size, for the
-    `input_tokens` triggers."""
-    edits = body.get("context_management")
-    edits = edits.get("edits") if isinstance(edits, dict) else None
+    `input_tokens` triggers; `count_part(block)` one block's share of it. A wrong edit is a 400."""
+    edits = read_edits(body)
     messages = body.get("messages")
-    if not isinstance(edits, list) or not isinstance(messages, list):
+    if not edits or not isinstance(messages, list):
         return body
+    prompt = _Prompt(body, count_tokens)
     edited = messages
-    for edit in edits:
-        kind = edit.get("type") if isinstance(edit, dict) else None
-        if kind == CLEAR_THINKING:
-            edited = _clear_thinking(edited, edit)
-        elif kind == CLEAR_TOOL_USES:
-            edited = _clear_tool_uses(edited, edit, lambda m: count_tokens({**body, "messages": m}))
+    where: list[tuple[int, int, bool]] | None = None  # the tool blocks, found once
+    for edit in dict.fromkeys(edits):  # an edit repeated changes nothing more
+        if isinstance(edit, ClearThinking):
+            edited, cleared = _clear_thinking(edited, edit, count_part)
+            where = None if cleared else where  # blocks moved
+        else:
+            where = _tool_blocks(edited) if where is None else where
+            edited, cleared = _clear_tool_uses(edited, edit, prompt, count_part, where)
+        prompt.shrink(cleared)
     return body if edited is messages else {**body, "messages": edited}
-
-
-def _value(spec: Any, kind: str, default: int | None) -> int | None:
-    """The `value` of a `{"type": kind, "value": N}` setting, else `default`."""
-    if isinstance(spec, dict) and spec.get("type") == kind:
-        return int_field(spec.get("value")) if spec.get("value") != 0 else 0
-    return default
 
 
 def _assistant_turns(messages: list[Any]) -> list[int]:
@@ -74,18 +83,16 @@ def _assistant_turns(messages: list[Any]) -> list[int]:
     return turns
 
 
-def _clear_thinking(messages: list[Any], edit: dict[str, Any]) -> list[Any]:
+def _clear_thinking(messages: list[Any], edit: ClearThinking, count_part: Count) -> tuple[list[Any], int]:
     """Drop `thinking` blocks of all but the last `keep` assistant turns (`keep: "all"` keeps all;
-    the default keeps the last turn's)."""
-    keep_spec = edit.get("keep")
-    if keep_spec == "all":
-        return messages
-    keep = _value(keep_spec, "thinking_turns", DEFAULT_KEEP_THINKING_TURNS)
+    the default keeps the last turn's); the tokens cleared."""
+    keep = edit.keep
     if keep is None:
-        return messages
+        return messages, 0
     turns = _assistant_turns(messages)
     last = max(turns, default=-1)
     out = list(messages)
+    cleared = 0
     changed = False
     for i, (message, turn) in enumerate(zip(messages, turns, strict=True)):
         content = message.get("content") if turn >= 0 else None
@@ -93,63 +100,82 @@ def _clear_thinking(messages: list[Any], edit: dict[str, Any]) -> list[Any]:
             continue
         kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in THINKING_TYPES)]
         if kept and len(kept) != len(content):  # a message of nothing but thinking stays whole
+            cleared += sum(
+                count_part(b) for b in content if isinstance(b, dict) and b.get("type") in THINKING_TYPES
+            )
             out[i] = {**message, "content": kept}
             changed = True
-    return out if changed else messages
+    return (out, cleared) if changed else (messages, 0)
 
 
-def _clear_tool_uses(
-    messages: list[Any], edit: dict[str, Any], count_tokens: Callable[[list[Any]], int]
-) -> list[Any]:
-    """Once the prompt passes `trigger` (input tokens, or tool uses), replace the results of all but
-    the last `keep` tool uses with a placeholder, oldest first, sparing `exclude_tools`; also their
-    inputs with `clear_tool_inputs`; not at all if that clears fewer than `clear_at_least` tokens."""
-    uses: list[tuple[int, int, str, str]] = []  # message, block, id, tool name
-    for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list) and message.get("role") == "assistant":
-            for b, block in enumerate(content):
-                if (
-                    isinstance(block, dict)
-                    and block.get("type") == "tool_use"
-                    and isinstance(block.get("id"), str)
-                ):
-                    uses.append((i, b, block["id"], str(block.get("name"))))
-    trigger = edit.get("trigger")
-    tool_trigger = _value(trigger, "tool_uses", None)
-    if tool_trigger is not None:
-        if len(uses) <= tool_trigger:
-            return messages
-    elif count_tokens(messages) <= (_value(trigger, "input_tokens", DEFAULT_TRIGGER_TOKENS) or 0):
-        return messages
-    keep = _value(edit.get("keep"), "tool_uses", DEFAULT_KEEP_TOOL_USES) or 0
-    excluded = set(edit.get("exclude_tools") or ())
-    inputs = edit.get("clear_tool_inputs")
-    clear_all_inputs = inputs is True
-    input_tools = set(inputs) if isinstance(inputs, list) else set()
-    cleared = {use[2]: use for use in (uses[: len(uses) - keep] if keep else uses) if use[3] not in excluded}
-    if not cleared:
-        return messages
-    out = list(messages)
+def _tool_blocks(messages: list[Any]) -> list[tuple[int, int, bool]]:
+    """Where the tool blocks are: (message, block, whether a `tool_use` of the assistant's, else a
+    `tool_result`), found once for all the edits that clear tool uses."""
+    found = []
     for i, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             continue
-        blocks = list(content)
+        assistant = message.get("role") == "assistant"
         for b, block in enumerate(content):
-            if not isinstance(block, dict):
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "tool_result" or (kind == "tool_use" and assistant):
+                found.append((i, b, kind == "tool_use"))
+    return found
+
+
+def _clear_tool_uses(
+    messages: list[Any],
+    edit: ClearToolUses,
+    prompt: _Prompt,
+    count_part: Count,
+    where: list[tuple[int, int, bool]],
+) -> tuple[list[Any], int]:
+    """Once the prompt passes `trigger` (input tokens, or tool uses), replace the results of all but
+    the last `keep` tool uses with a placeholder, oldest first, sparing `exclude_tools`; also their
+    inputs with `clear_tool_inputs`; not at all if that clears fewer than `clear_at_least` tokens.
+    The tokens cleared, counted on the changed blocks only; `where` the tool blocks."""
+    uses: list[tuple[str, str]] = []  # id, tool name
+    for i, b, is_use in where:
+        block = messages[i]["content"][b]
+        if is_use and isinstance(block.get("id"), str):
+            uses.append((block["id"], str(block.get("name"))))
+    if edit.trigger_kind == "tool_uses":
+        if len(uses) <= edit.trigger:
+            return messages, 0
+    elif prompt.size() <= edit.trigger:
+        return messages, 0
+    keep = edit.keep
+    cleared = {
+        use[0]: use[1]
+        for use in (uses[: len(uses) - keep] if keep else uses)
+        if use[1] not in edit.exclude_tools
+    }
+    if not cleared:
+        return messages, 0
+    out = list(messages)
+    copied: set[int] = set()
+    tokens = 0
+    for i, b, is_use in where:
+        block = out[i]["content"][b]
+        if not is_use and block.get("tool_use_id") in cleared:
+            if block.get("content") == CLEARED_RESULT:
                 continue
-            if block.get("type") == "tool_result" and block.get("tool_use_id") in cleared:
-                blocks[b] = {**block, "content": CLEARED_RESULT}
-            elif (
-                block.get("type") == "tool_use"
-                and (use := cleared.get(str(block.get("id"))))
-                and (clear_all_inputs or use[3] in input_tools)
-            ):
-                blocks[b] = {**block, "input": {}}
-        if blocks != content:
-            out[i] = {**message, "content": blocks}
-    at_least = _value(edit.get("clear_at_least"), "input_tokens", None)
-    if at_least and count_tokens(messages) - count_tokens(out) < at_least:
-        return messages
-    return out
+            new = {**block, "content": CLEARED_RESULT}
+        elif (
+            is_use
+            and (name := cleared.get(str(block.get("id")))) is not None
+            and (edit.clear_all_inputs or name in edit.input_tools)
+            and block.get("input") != {}
+        ):
+            new = {**block, "input": {}}
+        else:
+            continue
+        tokens += count_part(block) - count_part(new)
+        if i not in copied:  # the message and its blocks copied once, the client's own left alone
+            out[i] = {**out[i], "content": list(out[i]["content"])}
+            copied.add(i)
+        out[i]["content"][b] = new
+    if not copied or (edit.clear_at_least and tokens < edit.clear_at_least):
+        return messages, 0
+    return out, tokens

@@ -21,6 +21,7 @@ import orjson
 
 from proxy.counting.tokens import PROMPT_FIELDS, text_of
 from proxy.engine.chat import Body, ChatPlan, validated_messages
+from proxy.engine.jsonbody import fragment_text
 from proxy.engine.markers import merged_content
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError
@@ -111,7 +112,13 @@ def _content(message: Message, index: int) -> Any:
     """Text and the images beside it as content parts (the counter reads an image's size from its
     header; Ollama's images are bare base64)."""
     content = message.get("content")
-    text = content if isinstance(content, str) else "" if content is None else json.dumps(content)
+    text = (
+        content
+        if isinstance(content, str)
+        else ""
+        if content is None
+        else json.dumps(content, default=fragment_text)
+    )
     images = message.get("images")
     if not images:
         return text
@@ -137,7 +144,9 @@ def _call(call: Any, index: int, position: int) -> Message:
         "type": "function",
         "function": {
             "name": str(function.get("name") or ""),
-            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+            "arguments": arguments
+            if isinstance(arguments, str)
+            else json.dumps(arguments, default=fragment_text),
         },
     }
 

@@ -14,6 +14,7 @@ from starlette.routing import compile_path
 from proxy.formats.anthropic import AnthropicMessages
 from proxy.formats.base import WireFormat
 from proxy.formats.chat import ChatCompletions
+from proxy.formats.gemini import Gemini
 from proxy.formats.ollama import OllamaChat
 from proxy.formats.responses import Responses
 
@@ -22,17 +23,20 @@ AZURE = ChatCompletions(model_param="deployment", name="azure")
 OLLAMA = OllamaChat()
 RESPONSES = Responses()
 ANTHROPIC = AnthropicMessages()
+GEMINI, GEMINI_STREAM = Gemini(stream=False), Gemini(stream=True)
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
     """A compacted route: the proxy's path (FastAPI syntax), its format, and where it goes upstream:
-    `upstream` relative to the upstream's base URL, or the client's own path when None; `from_root`
-    against the server's root (the base without `/v1`) instead. `scope`: the other paths whose
-    requests speak this format (an entry ending in `/` is a prefix, else a path), for their error
-    shape and key header; `key_header`: where a configured upstream key goes when this server reads
-    its own header; `bridged`: an Ollama upstream gets it on its native API; `documented`: in the
-    OpenAPI schema; `report_body`: the dry run shows the rewritten body, not only the messages."""
+        `upstream` relative to the upstream's base URL, or the client's own path when None; `from_root`
+        against the server's root (the base without `/v1`) instead. `scope`: the other paths whose
+        requests speak this format (an entry ending in `/` is a prefix, else a path), for their error
+        shape and key header; `key_header`: where a configured upstream key goes when this server reads
+        its own header; `bridge`: the bridge that may carry it to a server of another API
+    (`proxy.bridges.choice`: `ollama` for Ollama's native API, `gemini` for a Chat Completions
+    server); `documented`: in the
+        OpenAPI schema; `report_body`: the dry run shows the rewritten body, not only the messages."""
 
     path: str
     format: WireFormat
@@ -40,7 +44,7 @@ class Route:
     from_root: bool = False
     scope: tuple[str, ...] = ()
     key_header: bytes | None = None
-    bridged: bool = False
+    bridge: str | None = None
     documented: bool = False
     report_body: bool = True
 
@@ -60,7 +64,7 @@ class Passthrough:
 
 ROUTES: tuple[Route, ...] = (
     Route(
-        "/v1/chat/completions", CHAT, "/chat/completions", bridged=True, documented=True, report_body=False
+        "/v1/chat/completions", CHAT, "/chat/completions", bridge="ollama", documented=True, report_body=False
     ),
     Route("/v1/responses", RESPONSES, "/responses"),
     Route(
@@ -80,12 +84,26 @@ ROUTES: tuple[Route, ...] = (
         key_header=b"api-key",
     ),
     Route("/deployments/{deployment}/chat/completions", AZURE, None, key_header=b"api-key"),
+    # Google's Gemini API: one format, its two methods (the path says whether it streams).
+    *(
+        Route(
+            f"/v1beta/models/{{model}}:{method}",
+            wire,
+            None,
+            from_root=True,
+            scope=("/v1beta/",),
+            key_header=b"x-goog-api-key",
+            bridge="gemini",
+        )
+        for method, wire in (("generateContent", GEMINI), ("streamGenerateContent", GEMINI_STREAM))
+    ),
 )
 PASSTHROUGHS: tuple[Passthrough, ...] = (
     Passthrough("/v1", strip=True),  # any other route of the upstream's
     Passthrough("/api", from_root=True),  # Ollama's native API (not compacted)
     Passthrough("/openai", from_root=True),  # Azure OpenAI's other routes, like its chat
     Passthrough("/deployments"),
+    Passthrough("/v1beta", from_root=True),  # the Gemini API's other methods (`:countTokens`, models)
 )
 # Metrics labels of the proxy's own paths.
 OWN_PATHS = {"/compact": "compact", "/healthz": "healthz", "/readyz": "readyz", "/metrics": "metrics"}

@@ -36,9 +36,10 @@ class UpstreamHeaders:
 
     def credentials(self, request: Request) -> Headers:
         """What the proxy's own requests to the upstream (probes, counts) carry: the upstream key
-        when one is configured, else the client's bearer token unless it was the proxy's own key."""
+        when one is configured, else the client's bearer token (or Gemini API key) unless it was the
+        proxy's own key."""
         headers = self.for_request(request, key_header=b"authorization")
-        return [(k, v) for k, v in headers if k.lower() == b"authorization"]
+        return [(k, v) for k, v in headers if k.lower() in (b"authorization", b"x-goog-api-key")]
 
     def for_summary(self, request: Request) -> Headers:
         """What a summary request carries: the summary key when one is configured, nothing for another

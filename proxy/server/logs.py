@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import re
 import time
 from typing import Any
 
@@ -23,22 +24,33 @@ _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85) if c != 0x09}
 _ESCAPES |= {0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"}
 
 
+# A key in a URL's query (the Gemini API's `?key=`): never in a log line.
+_QUERY_KEY = re.compile(r"([?&](?:key|api[_-]?key)=)[^&\s\"]*", re.IGNORECASE)
+
+
 def one_line(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
+def without_keys(text: str) -> str:
+    """`text` with the value of any `key=` query parameter hidden."""
+    return _QUERY_KEY.sub(r"\1***", text) if "key=" in text.lower() else text
+
+
 class TextFormatter(logging.Formatter):
-    """The text format, one line per record whatever its message holds (a traceback still follows)."""
+    """The text format, one line per record whatever its message holds (a traceback still follows),
+    no query key in it."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return one_line(super().formatMessage(record))
+        return one_line(without_keys(super().formatMessage(record)))
 
 
 class AccessFormatter(uvicorn.logging.AccessFormatter):
-    """uvicorn's access line, which shows the decoded path, kept to one line."""
+    """uvicorn's access line, which shows the decoded path and query, kept to one line and without
+    a key given as `?key=` (the Gemini API's)."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return one_line(super().formatMessage(record))
+        return one_line(without_keys(super().formatMessage(record)))
 
 
 class QuietBrokenStreams(logging.Filter):
@@ -68,7 +80,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "request_id": getattr(record, "request_id", "-"),
-            "message": record.getMessage(),
+            "message": without_keys(record.getMessage()),
         }
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)

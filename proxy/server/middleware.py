@@ -17,6 +17,7 @@ from proxy.server.logs import request_id
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/ui"})
 OPEN_PREFIX = "/ui/static/"  # the live page's files hold no data: its data routes need a key
+KEY_HEADERS = (b"x-api-key", b"api-key", b"x-goog-api-key")
 
 
 class CountRequests:
@@ -84,7 +85,7 @@ class RequestId:
 
 class RequireApiKey:
     """With `COMPACT_API_KEYS` set, every path but the open ones needs one of the keys, as a bearer
-    token, `x-api-key` or `api-key`; else a 401 in the shape of the path's protocol."""
+    token, `x-api-key`, `api-key` or `x-goog-api-key`; else a 401 in the shape of the path's protocol."""
 
     def __init__(self, app: ASGIApp, *, api_keys: list[bytes], routes: RouteTable) -> None:
         self.app = app
@@ -110,5 +111,5 @@ class RequireApiKey:
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         scheme, _, bearer = headers.get(b"authorization", b"").partition(b" ")
         given = [bearer.strip()] if scheme.lower() == b"bearer" else []
-        given += [headers[name].strip() for name in (b"x-api-key", b"api-key") if name in headers]
+        given += [headers[name].strip() for name in KEY_HEADERS if name in headers]
         return any(hmac.compare_digest(key, allowed) for key in given for allowed in self.api_keys)

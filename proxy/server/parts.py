@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from proxy.bridges.choice import Bridges
 from proxy.bridges.ollama.upstream import OllamaUpstream
 from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
@@ -44,6 +45,7 @@ class Parts:
     http: httpx.AsyncClient
     planner: Planner
     ollama: OllamaUpstream
+    bridges: Bridges  # which bridge a request takes, if any (Ollama's is one)
     summarizer: Summarizer | None
     headers: UpstreamHeaders
     readiness: Readiness
@@ -82,6 +84,9 @@ class Parts:
             ("upstream_urls", upstream._urls),
         ):
             metrics.watch_table(name, functools.partial(len, table))
+        metrics.watch_table_bytes("notes", lambda: planner.notes.bytes)
+        if summarizer is not None:
+            metrics.watch_table_bytes("summaries", lambda: summarizer.cache.local.bytes)
         records = Records(settings, planner.counter_for)
         metrics.watch_table("ui_records", functools.partial(len, records))
         return cls(
@@ -92,6 +97,7 @@ class Parts:
             http=http,
             planner=planner,
             ollama=ollama,
+            bridges=Bridges(settings, ollama),
             summarizer=summarizer,
             headers=UpstreamHeaders(settings, upstream, routes),
             readiness=Readiness(upstream, needs_upstream=settings.ready_needs_upstream),
@@ -119,7 +125,12 @@ def summarizer_for(settings: Settings, http: httpx.AsyncClient) -> Summarizer | 
     """Level 3's summariser and its cache, when summaries are on."""
     if not settings.summarize:
         return None
-    cache = SummaryCache(size=settings.cache_size, redis_url=settings.cache_url, ttl=settings.cache_ttl)
+    cache = SummaryCache(
+        size=settings.cache_size,
+        redis_url=settings.cache_url,
+        ttl=settings.cache_ttl,
+        max_bytes=settings.memo_bytes,
+    )
     return Summarizer(
         http,
         settings.summary_url or settings.upstream_url,

@@ -1,15 +1,14 @@
 """A request's way through the proxy, top to bottom: read, decode, adapt, plan, summarise, check
 the overflow, send, retry, relay.
 
-`Pipeline` runs over the parts wired once per app (`parts.py`: the upstream, the planner, the Ollama
-probe, the summariser, the metrics, the settings, the headers sent upstream); its methods are the
+`Pipeline` runs over the parts wired once per app (`parts.py`: the upstream, the planner, the
+bridges, the summariser, the metrics, the settings, the headers sent upstream); its methods are the
 steps, in the order a request takes them. `compact_and_forward` is the whole compacted route;
 `forward_as_is` every other route. The dry run `/compact` takes the first steps (`dry_run.py`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -21,8 +20,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.bridges.ollama.bridge import OllamaBridge
-from proxy.bridges.ollama.relay import TRUNCATED_HEADER, relay_from_ollama
+from proxy.bridges.base import TRUNCATED_HEADER, Answer, Bridge
 from proxy.engine.chat import ChatPlan
 from proxy.engine.jsonbody import dump_json, parse_json_object
 from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
@@ -62,7 +60,7 @@ class Pipeline:
 
     def __init__(self, parts: Parts) -> None:
         self.settings, self.metrics, self.routes = parts.settings, parts.metrics, parts.routes
-        self.upstream, self.planner, self.ollama = parts.upstream, parts.planner, parts.ollama
+        self.upstream, self.planner, self.bridges = parts.upstream, parts.planner, parts.bridges
         self.summarizer = parts.summarizer
         # The headers of the request's own call upstream, and of the calls the proxy makes for it.
         self.upstream_headers, self.credentials = parts.headers.for_request, parts.headers.credentials
@@ -88,7 +86,11 @@ class Pipeline:
                 return await self.remote_compaction.answer(self, request, route, body)
         path = route.upstream or raw_path(request)
         original = body
-        body, raw, conversation = self.adapt(route.format, body, raw, request.path_params)
+        if len(raw) >= OFFLOAD_BYTES:  # a large body is read item by item in a worker thread too
+            adapted = await self.planner.in_thread(self.adapt, route.format, body, raw, request.path_params)
+        else:
+            adapted = self.adapt(route.format, body, raw, request.path_params)
+        body, raw, conversation = adapted
         if conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(request, path, raw, route))
         plan, bridge = await self.plan(request, route, body, conversation)
@@ -99,7 +101,12 @@ class Pipeline:
         wire = route.format  # what the answer reports of the edits the proxy applied in the server's place
         report = wire.context_report(original, body) if isinstance(wire, ReportsContextEdits) else None
         exchange = Exchange(route, path, raw, body, conversation, bridge, report=report, record=record)
-        return await until_disconnect(request, self.send_compacted(request, exchange, plan))
+        response = await until_disconnect(request, self.send_compacted(request, exchange, plan))
+        if len(raw) >= OFFLOAD_BYTES:  # its million objects freed off the loop, a few at a time
+            big = [body, conversation.request, conversation.sources, plan.result.messages]
+            del body, original, conversation, plan, exchange
+            self.planner.offloader.release(big)
+        return response
 
     async def read(self, request: Request) -> bytes:
         return await read_json_body(request, self.settings.max_body_bytes)
@@ -107,7 +114,7 @@ class Pipeline:
     async def decode(self, raw: bytes) -> dict[str, Any]:
         # A large body is parsed in a worker thread, like its plan: other clients are served meanwhile.
         if len(raw) >= OFFLOAD_BYTES:
-            return await asyncio.to_thread(parse_json_object, raw)
+            return await self.planner.in_thread(parse_json_object, raw)
         return parse_json_object(raw)
 
     def adapt(
@@ -126,22 +133,13 @@ class Pipeline:
 
     async def plan(
         self, request: Request, route: Route, body: dict[str, Any], conversation: Conversation
-    ) -> tuple[ChatPlan, OllamaBridge | None]:
-        """The engine's plan for the window the request will get, and the Ollama bridge if it goes
-        to Ollama's native API."""
-        bridge = await self.ollama_bridge(request, route, body)
-        window = conversation.window or (bridge.num_ctx if bridge else None)
+    ) -> tuple[ChatPlan, Bridge | None]:
+        """The engine's plan for the window the request will get, and the bridge it takes to a server
+        of another API (chosen once, here), if any."""
+        bridge = await self.bridges.choose(route, body, conversation, self.credentials(request))
+        window = conversation.window or (bridge.window if bridge else None)
         plan = await self.planner.plan(conversation.request, self.credentials(request), window_tokens=window)
         return plan, bridge
-
-    async def ollama_bridge(
-        self, request: Request, route: Route, body: dict[str, Any]
-    ) -> OllamaBridge | None:
-        """For an Ollama upstream, a bridged route (an OpenAI chat) goes to its native API with the
-        window the proxy compacts for (its `/v1` ignores `num_ctx`); None when it stays on its route."""
-        if not route.bridged:
-            return None
-        return await self.ollama.bridge(body, self.credentials(request))
 
     async def summarise(self, request: Request, body: dict[str, object], plan: ChatPlan) -> ChatPlan:
         """Level 3: the dropped runs of `plan` replaced by summaries, when summaries are on."""
@@ -183,20 +181,8 @@ class Pipeline:
 
     async def send_compacted(self, request: Request, exchange: Exchange, plan: ChatPlan) -> Response:
         """Forward a planned request; on an overflow the upstream reports, retry once, harder."""
-        route = exchange.route
-        if exchange.bridge is not None:  # Ollama cuts instead of rejecting: there is no overflow to retry
-            bridge = exchange.bridge
-            content = bridge.request_bytes(
-                {**exchange.body, "messages": plan.result.messages}, plan.max_tokens
-            )
-            response = await self.send(request, bridge.path, content, route.format.name, from_root=True)
-            learn = functools.partial(self.planner.read_report, plan)
-            return await relay_from_ollama(response, bridge, plan.headers(), learn, self.metrics)
-        content = exchange.content(plan)
-        response = await self.send(
-            request, exchange.path, content, route.format.name, from_root=route.from_root
-        )
-        if response.status_code in OVERFLOW_STATUSES:
+        response = await self.send_planned(request, exchange, plan)
+        if exchange.retries and response.status_code in OVERFLOW_STATUSES:
             retried = await self.retry(request, exchange, plan, response)
             if isinstance(retried, Response):
                 return retried
@@ -214,6 +200,11 @@ class Pipeline:
         if harder is None:
             if overflow:
                 self.metrics.retries.labels("not_possible").inc()
+            if exchange.bridge is not None:  # the error as its server said it, translated
+                again = httpx.Response(
+                    response.status_code, headers=response.headers, stream=httpx.ByteStream(error)
+                )
+                return await self.relay(request, again, plan, exchange)
             return buffered_response(response, error, plan.headers())
         log.info(
             "The upstream reported an overflow (%s); retrying once, compacted harder. %s",
@@ -223,27 +214,39 @@ class Pipeline:
         self.metrics.retries.labels("retried").inc()
         plan = await self.summarise(request, exchange.conversation.request, harder)
         self.records.retried(exchange.record, overflow, plan, exchange.conversation)
-        route = exchange.route
+        return plan, await self.send_planned(request, exchange, plan)
+
+    async def send_planned(self, request: Request, exchange: Exchange, plan: ChatPlan) -> httpx.Response:
+        path, from_root = exchange.target
         content = exchange.content(plan)
-        response = await self.send(
-            request, exchange.path, content, route.format.name, from_root=route.from_root
-        )
-        return plan, response
+        label = exchange.route.format.name
+        return await self.send(request, path, content, label, from_root=from_root, bridge=exchange.bridge)
 
     # ------------------------------------------------------------------ every route's last steps
 
     async def send(
-        self, request: Request, path: str, content: bytes, route: str, *, from_root: bool = False
+        self,
+        request: Request,
+        path: str,
+        content: bytes,
+        route: str,
+        *,
+        from_root: bool = False,
+        bridge: Bridge | None = None,
     ) -> httpx.Response:
-        """Send to the upstream; the response comes back with its body unread."""
+        """Send to the upstream (over `bridge`, with its query and headers); the response comes back
+        with its body unread."""
         upstream, metrics = self.upstream, self.metrics
         check_path(path)
         headers = self.upstream_headers(request)
+        query: bytes = request.scope.get("query_string", b"")
+        if bridge is not None:
+            headers, query = bridge.outgoing(headers, query)
         if route != "passthrough":  # a compacted route's body is read decoded, and sent so
             headers = [(k, v) for k, v in headers if k.lower() != b"content-encoding"]
         if b"x-request-id" not in {k.lower() for k, _ in headers}:
             headers.append((b"x-request-id", request_id.get().encode()))
-        url = upstream.url(path, request.scope.get("query_string", b""), from_root=from_root)
+        url = upstream.url(path, query, from_root=from_root)
         started = time.perf_counter()
         try:
             response = await upstream.open(request.method, url, headers, content)
@@ -269,6 +272,15 @@ class Pipeline:
             stream_error = self.routes.for_path(request.url.path).format.stream_error_event
             return StreamedResponse(response, metrics=metrics, stream_error=stream_error)
         extra = plan.headers()
+        if exchange.bridge is not None:  # its server's answer, translated back
+            stream_error = exchange.route.format.stream_error_event
+
+            def read(reported: int | None) -> Truncation | None:
+                truncation = self.planner.read_report(plan, reported)
+                self.records.answered(exchange.record, reported, b"", truncation)
+                return truncation
+
+            return await exchange.bridge.relay(response, Answer(extra, read, metrics, stream_error))
         if exchange.streamed or is_event_stream(response):
 
             def learn(tail: bytes) -> None:

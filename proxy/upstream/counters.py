@@ -1,17 +1,21 @@
 """What every plan in the process shares for counting: the text counter a `COMPACT_TOKENIZER` value
 names (one per process, remembering the texts it counted; every configured one loaded at start-up by
-`check_tokenizers`), and the memo of written notes, locked for plans running in worker threads.
+`check_tokenizers`), the exact tokenizers models' names call for (`ModelTokenizers`), and the memo of
+written notes, locked for plans running in worker threads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Hashable
+from dataclasses import replace
 from functools import lru_cache
 
+from proxy.counting.by_model import tokenizer_for_model
 from proxy.counting.cache import LruCache
 from proxy.counting.tokens import MemoTextCounter, TextCounter, count_chars4
-from proxy.settings import Settings
+from proxy.settings import ModelWindow, Settings
 
 
 @lru_cache(maxsize=16)
@@ -56,3 +60,32 @@ class LockedMemo:
 
     def __len__(self) -> int:
         return len(self.memo)
+
+    @property
+    def bytes(self) -> int:
+        return self.memo.bytes
+
+class ModelTokenizers:
+    """The bundled tokenizer a model's name says it uses (`COMPACT_TOKENIZER_BY_MODEL`), where it
+    is installed: each loaded once, in a worker thread (a vocabulary takes 0.1-1 s to read)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._loadable: dict[str, bool] = {}
+
+    async def window(self, window: ModelWindow, model: str) -> ModelWindow:
+        """`window` counting with the tokenizer `model`'s name says, where it counts with the
+        default estimate."""
+        if window.tokenizer != "estimate" or not self.enabled:
+            return window
+        spec = tokenizer_for_model(model)
+        if spec is None:
+            return window
+        if (loadable := self._loadable.get(spec)) is None:
+            try:
+                await asyncio.to_thread(text_counter, spec)
+                loadable = True
+            except (RuntimeError, ValueError):
+                loadable = False
+            self._loadable[spec] = loadable
+        return replace(window, tokenizer=spec) if loadable else window

@@ -23,14 +23,15 @@ log = logging.getLogger("proxy.upstream")
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
 URL_CACHE_SIZE = 256
+URL_CACHE_PATH_CHARS = 1024
 # The most the proxy reads whole of an answer it must parse or rewrite (a chat answer that does not
 # stream, an error body); streamed answers are passed on and never buffered.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 # Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those recomputed for the
 # body actually sent (a streamed response puts the upstream's content-length back: its body is the same).
-# Where clients put their key: OpenAI's Bearer, Anthropic's and Azure's own headers.
-CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key"})
+# Where clients put their key: OpenAI's Bearer, Anthropic's, Azure's and Google's own headers.
+CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"x-goog-api-key"})
 HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -126,7 +127,8 @@ class Upstream:
         url = self._urls.get(path)
         if url is None:
             url = httpx.URL((self.root_url + path[1:]) if from_root else self.base_url + path)
-            if len(self._urls) < URL_CACHE_SIZE:  # paths come from clients: the cache stays bounded
+            # Paths come from clients: the cache stays bounded in entries and in bytes.
+            if len(self._urls) < URL_CACHE_SIZE and len(path) <= URL_CACHE_PATH_CHARS:
                 self._urls[path] = url
         return url.copy_with(query=query) if query else url
 

@@ -15,24 +15,27 @@ the retry after an overflow (`harder`), and what the answer reports (`learn`).
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any, TypeVar
 
 from proxy.counting.cache import LruCache
 from proxy.counting.calibration import Calibrator
-from proxy.counting.tokens import RequestCounter
+from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, texts
+from proxy.counting.tokens import RequestCounter, text_of
 from proxy.engine.chat import Body, ChatPlan, plan_chat, validated_messages
 from proxy.engine.compaction import Policy
-from proxy.engine.limits import estimate_margin, text_size
+from proxy.engine.limits import requested_reply
 from proxy.engine.overflow import Overflow
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
-from proxy.upstream.counters import LockedMemo, text_counter
+from proxy.upstream.counters import LockedMemo, ModelTokenizers, text_counter
+from proxy.upstream.offload import Offloader
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
-from proxy.upstream.prompt_reports import PromptReports, Truncation
+from proxy.upstream.prompt_reports import PromptReports, Truncation, exact_key
+
+T = TypeVar("T")
 
 SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
@@ -41,7 +44,21 @@ NOTE_MEMO_SIZE = 4096
 # 50 ms here, a warm one 5 ms, so the hop (0.1-0.3 ms) is a few percent of it; smaller requests stay on
 # the loop, where the hop would cost more than it frees (`benchmarks/bench_planning.py`).
 OFFLOAD_CHARS = 500_000
-OFFLOAD_SWITCH_INTERVAL = 0.0005  # seconds
+# ... and so are requests of this many messages, whatever their text: 200,000 empty function calls
+# are seconds of work per step (reading, sizing, planning), all of it per item.
+OFFLOAD_ITEMS = 2_000
+# An exact tokenizer reads 5-20 MB/s, 10-30x slower than the estimate: its plans go to a worker
+# thread from a few milliseconds of counting on.
+EXACT_OFFLOAD_CHARS = 25_000
+# An exact count of the text still estimates the chat template around it (a token or two more a
+# message than `MESSAGE_OVERHEAD` in Qwen's, a preamble for the tools): judged with this margin.
+TEMPLATE_MARGIN = 0.02
+MARGIN_STEP = 0.01  # a compacted request's own margin this much above the whole's is planned again
+
+
+def _chars(messages: list[dict[str, object]]) -> int:
+    """Characters of the messages' text (a cheap size: `len` of each)."""
+    return sum(len(text_of(message.get("content"))) for message in messages)
 
 
 def _spec(plan: ChatPlan) -> str:
@@ -69,10 +86,11 @@ class Planner:
         # The windows the upstream was seen cutting at (`reports` writes them): every plan reads them.
         self.seen_windows = self.reports.seen_windows
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
-        self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE))
+        self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE, settings.memo_bytes))
+        self.margins = MarginMeter()  # the estimate's margin, by what the text is
+        self.by_model = ModelTokenizers(settings.tokenizer_by_model)
         self._no_exact_until = 0.0
-        self._offloaded = 0  # plans running in worker threads now
-        self._switch_interval = sys.getswitchinterval()
+        self.offloader = Offloader()
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
         self.policy = Policy(
@@ -94,7 +112,9 @@ class Planner:
         """Count with the calibrated estimate; near the line, count again with the configured
         tokenizer (a local one, or the upstream's `/tokenize`). `window_tokens` is a window the
         request itself sets (Ollama's `options.num_ctx`), which is what the server will use."""
-        messages = validated_messages(body)
+        listed = body.get("messages")
+        many = isinstance(listed, list) and len(listed) >= OFFLOAD_ITEMS
+        messages = await self.in_thread(validated_messages, body) if many else validated_messages(body)
         model = str(body.get("model") or "")
         # A window the request sets needs no asking.
         window = self.settings.window_for(model) if window_tokens else await self.window(model, headers)
@@ -104,24 +124,25 @@ class Planner:
             window = replace(window, stops_at_end=True)
         if (seen := self.seen_windows.get((model, window.requested))) and seen < window.window:
             window = replace(window, window=seen)
+        window = await self.by_model.window(window, model)
         estimate = "chars4" if window.tokenizer == "chars4" else "estimate"
         factor = self.calibrator.factor(model)
-        size = text_size(messages)
-        offload = size.chars >= OFFLOAD_CHARS
-        # The estimate's measured error for this kind of text: judged against the window less it.
-        margin = (
-            estimate_margin(size, calibrated=self.calibrator.calibrated(model))
-            if estimate == "estimate"
-            else 0.0
-        )
+        chars = await self.in_thread(_chars, messages) if many else _chars(messages)
+        offload = many or chars >= OFFLOAD_CHARS
+        # The estimate's margin (what it may undercount, by the kind of text) is measured in `_plan`.
+        margin = None if estimate == "estimate" else 0.0
         plan = await self._planned(offload, body, messages, window, estimate, factor, margin)
         near = plan.result.tokens_before >= self.settings.exact_count_from * plan.budget.limit
         if window.tokenizer == estimate or not near:
             if window.tokenizer == "estimate" and plan.result.over_window:
-                return await self._before_refusing(body, messages, window, plan, headers, offload, margin)
+                return await self._before_refusing(body, messages, window, plan, headers, offload)
             return plan
         if window.tokenizer != "upstream":
-            return await self._planned(offload, body, messages, window, window.tokenizer, 1.0)
+            exact_offload = many or chars >= EXACT_OFFLOAD_CHARS
+            factor = max(1.0, self.calibrator.factor(exact_key(model, window.tokenizer)))
+            return await self._planned(
+                exact_offload, body, messages, window, window.tokenizer, factor, TEMPLATE_MARGIN
+            )
         exact = await self.exact.count(body, headers) if self.exact else None
         if not exact:
             return plan
@@ -138,25 +159,18 @@ class Planner:
         window: ModelWindow,
         spec: str,
         factor: float,
-        margin: float = 0.0,
+        margin: float | None = 0.0,
     ) -> ChatPlan:
         """`_plan`, in a worker thread for a large request: compacting a big history is CPU work
         that would otherwise keep every other client of this process waiting."""
         if not offload:
             return self._plan(body, messages, window, spec, factor, margin)
-        # The worker holds the GIL while it plans; the event loop gets it back only every switch
-        # interval, after each socket call of another client's request: a shorter one while a plan
-        # runs keeps those requests quick (5 ms, Python's default, added up to 50 ms per /healthz).
-        if self._offloaded == 0:
-            self._switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(OFFLOAD_SWITCH_INTERVAL)
-        self._offloaded += 1
-        try:
-            return await asyncio.to_thread(self._plan, body, messages, window, spec, factor, margin)
-        finally:
-            self._offloaded -= 1
-            if self._offloaded == 0:
-                sys.setswitchinterval(self._switch_interval)
+        return await self.in_thread(self._plan, body, messages, window, spec, factor, margin)
+
+    async def in_thread(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` in a worker thread (a large request's parsing, reading or plan), the loop
+        kept responsive (`proxy.upstream.offload`)."""
+        return await self.offloader.run(work, *args)
 
     def _plan(
         self,
@@ -165,7 +179,37 @@ class Planner:
         window: ModelWindow,
         spec: str,
         factor: float,
-        margin: float = 0.0,
+        margin: float | None = 0.0,
+    ) -> ChatPlan:
+        """The engine's plan. `margin` is what the counter may undercount; None: the estimate's,
+        measured on the messages, and again on what compaction leaves of them when that is heavier
+        text (an English history dropped, a Chinese paste kept), so the line holds for what is sent."""
+        if margin is not None:
+            return self._engine_plan(body, messages, window, spec, factor, margin)
+        # No tokenizer spends more than a token per UTF-8 byte (4 per character): a request whose text
+        # cannot reach its line or crowd its reply even so needs no measured margin (most requests).
+        bound = 4 * sum(map(len, texts(messages)))
+        if bound <= int(window.window * window.threshold) // 2:
+            plan = self._engine_plan(body, messages, window, spec, factor, MIN_MARGIN)
+            r, room = plan.result, min(plan.budget.limit, window.window - (requested_reply(body) or 0))
+            if not r.changed and plan.max_tokens is None and r.tokens_before + bound <= room:
+                return plan
+        margin = calibrated_margin(self.margins.margin(messages), factor)
+        plan = self._engine_plan(body, messages, window, spec, factor, margin)
+        if plan.result.changed:
+            left = calibrated_margin(self.margins.margin(plan.result.messages), factor)
+            if left > margin + MARGIN_STEP:
+                plan = self._engine_plan(body, messages, window, spec, factor, left)
+        return plan
+
+    def _engine_plan(
+        self,
+        body: Body,
+        messages: list[dict[str, object]],
+        window: ModelWindow,
+        spec: str,
+        factor: float,
+        margin: float,
     ) -> ChatPlan:
         counter = self.counter(spec, factor)
         plan = plan_chat(
@@ -202,31 +246,30 @@ class Planner:
         plan: ChatPlan,
         headers: Sequence[tuple[bytes, bytes]],
         offload: bool,
-        margin: float,
     ) -> ChatPlan:
-        """An estimate that says "over the window" is counted exactly before the request is refused:
-        with the upstream's own count where it has one (vLLM's and llama.cpp's `/tokenize`). Where it
-        has none, the request is refused only if it is over the window even if the estimate
-        overcounts it by the margin; else it goes on compacted as far as it fits within half the
-        margin, or as it came, and the upstream judges it."""
+        """An estimate that says "over the window" (counted pessimistically: with its margin) is
+        counted exactly before the request is refused: with the upstream's own count where it has
+        one (vLLM's and llama.cpp's `/tokenize`). Where it has none, it is refused: forwarding what
+        the pessimistic count puts over the window is what the margin is there to prevent."""
         exact = await self._upstream_count(body, headers)
-        lenient = await self._planned(offload, body, messages, window, "estimate", plan.factor / (1 + margin))
-        if exact:
-            raw = plan.result.tokens_before / plan.factor
-            self.calibrator.observe(plan.model, round(raw), exact)
-            counted = await self._planned(offload, body, messages, window, "estimate", exact / raw)
-            counted = replace(await self._recount(body, counted, headers), counted_by="upstream")
-            if counted.result.over_window and not lenient.result.over_window:
-                # The whole request's factor is not that of what is left once its old part goes:
-                # what compaction makes of it is counted exactly before the request is refused.
-                return await self._fitted_exactly(body, lenient, headers, offload) or counted
-            return counted
-        if lenient.result.over_window:
-            return plan  # over the window even if the estimate overcounts it: refused
-        # It may fit: compacted as far as it can be within half the margin, else forwarded as it came
-        # (the upstream judges it and says so in its own words).
-        half = await self._planned(offload, body, messages, window, "estimate", plan.factor, margin / 2)
-        return half if not half.result.over_window and half.result.changed else lenient
+        if not exact:
+            # Compacted as far as it takes to fit the window by the pessimistic count (the line
+            # lifted to it), or refused when even that cannot fit.
+            relaxed = replace(window, threshold=1.0, target=min(1.0, window.target / window.threshold))
+            fitted = await self._planned(offload, body, messages, relaxed, "estimate", plan.factor, None)
+            return plan if fitted.result.over_window else replace(fitted, window=window)
+        lenient = await self._planned(
+            offload, body, messages, window, "estimate", plan.factor / (1 + plan.margin)
+        )
+        raw = plan.result.tokens_before / plan.factor
+        self.calibrator.observe(plan.model, round(raw), exact)
+        counted = await self._planned(offload, body, messages, window, "estimate", exact / raw)
+        counted = replace(await self._recount(body, counted, headers), counted_by="upstream")
+        if counted.result.over_window and not lenient.result.over_window:
+            # The whole request's factor is not that of what is left once its old part goes:
+            # what compaction makes of it is counted exactly before the request is refused.
+            return await self._fitted_exactly(body, lenient, headers, offload) or counted
+        return counted
 
     async def _fitted_exactly(
         self, body: Body, candidate: ChatPlan, headers: Sequence[tuple[bytes, bytes]], offload: bool

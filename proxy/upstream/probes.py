@@ -4,7 +4,9 @@ Window detection asks, in order, what each kind of server answers: an OpenAI-sty
 entry that carries a context length (vLLM's `max_model_len`, LM Studio's and OpenRouter's fields),
 llama.cpp's `/props` (the `n_ctx` of a slot, which is what a request gets), and Ollama's `/api/ps`
 (the `context_length` a loaded model runs at) or `/api/show` (`num_ctx` from its parameters, else
-Ollama's smallest default context, at most the model's trained `context_length`). The parsing is pure; `WindowDetector` does the I/O, caches each
+Ollama's smallest default context, at most the model's trained `context_length`), and the Gemini
+API's model (`inputTokenLimit`, asked with the client's `x-goog-api-key`). The parsing is pure;
+`WindowDetector` does the I/O, caches each
 answer for a refresh interval, and asks once per model however many requests arrive together.
 """
 
@@ -14,6 +16,7 @@ import asyncio
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -125,6 +128,12 @@ def window_from_ollama_show(payload: Any) -> DetectedWindow | None:
     return DetectedWindow(tokens, "ollama default context (its smallest; /api/show has no num_ctx)")
 
 
+def window_from_gemini_model(payload: Any) -> DetectedWindow | None:
+    """From the Gemini API's `GET /v1beta/models/{model}`: its `inputTokenLimit`."""
+    tokens = _positive_int(payload.get("inputTokenLimit")) if isinstance(payload, dict) else None
+    return DetectedWindow(tokens, "Gemini API inputTokenLimit") if tokens else None
+
+
 async def fetch(
     client: httpx.AsyncClient,
     method: str,
@@ -213,7 +222,7 @@ class WindowDetector:
         return detected
 
     async def _detect(self, model: str, headers: Sequence[tuple[bytes, bytes]]) -> DetectedWindow | None:
-        auth = [(k, v) for k, v in headers if k.lower() == b"authorization"]
+        auth = [(k, v) for k, v in headers if k.lower() in (b"authorization", b"x-goog-api-key")]
         models = await fetch_json(self.client, "GET", f"{self.base_url}/models", auth)
         if found := window_from_models(models, model):
             return found
@@ -226,7 +235,12 @@ class WindowDetector:
         ):
             return found
         show = await fetch_json(self.client, "POST", f"{self.root_url}/api/show", auth, {"model": model})
-        return window_from_ollama_show(show)
+        if found := window_from_ollama_show(show):
+            return found
+        name = urllib.parse.quote(model, safe="")
+        return window_from_gemini_model(
+            await fetch_json(self.client, "GET", f"{self.root_url}/v1beta/models/{name}", auth)
+        )
 
 
 class UpstreamTokenCounter:

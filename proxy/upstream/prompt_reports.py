@@ -27,6 +27,13 @@ class Truncation:
     window: int  # the window the upstream really used, as far as can be told
 
 
+def exact_key(model: str, spec: str) -> str:
+    """The calibration key of `model` counted with the exact tokenizer `spec`: the server may count
+    more than the bundled vocabulary does (its chat template, a fine-tune's added tokens), and that
+    factor (only ever above 1) is applied to the exact counts."""
+    return f"{model}\x00{spec}"
+
+
 class PromptReports:
     """The upstream's reports of the prompts it read, fed back into the calibration and into the
     windows it was seen cutting at."""
@@ -47,13 +54,14 @@ class PromptReports:
         if reported is None:
             return None
         truncation = self._check_truncation(plan, reported)
-        if plan.counted_by not in ("estimate", "chars4") or (
-            truncation and reported < plan.result.tokens_after
-        ):
-            return truncation  # a count of what was left after a cut says nothing about the estimate
-        before = self.calibrator.factor(plan.model)
-        self.calibrator.observe(plan.model, round(plan.result.tokens_after / plan.factor), reported)
-        after = self.calibrator.factor(plan.model)
+        if plan.counted_by == "upstream" or (truncation and reported < plan.result.tokens_after):
+            return truncation  # a count of what was left after a cut says nothing about the counter
+        # An exact tokenizer's counts are calibrated apart from the estimate's (`exact_key`).
+        estimated = plan.counted_by in ("estimate", "chars4")
+        key = plan.model if estimated else exact_key(plan.model, plan.counted_by)
+        before = self.calibrator.factor(key)
+        self.calibrator.observe(key, round(plan.result.tokens_after / plan.factor), reported)
+        after = self.calibrator.factor(key)
         if after != before:
             log.info(
                 "calibration for model %r: %.3f real tokens per estimated token", plan.model or "-", after

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 
 import aiohttp
 import httpx
+import yarl
 from httpx_aiohttp import AiohttpTransport
 from httpx_aiohttp.transport import AiohttpResponseStream
 
@@ -99,7 +100,8 @@ class UpstreamTransport(AiohttpTransport):
         with remapped_errors():
             response = await self.client.request(
                 request.method,
-                str(request.url),
+                # As the client sent it: yarl would decode `%2e` and re-encode a bare `%`.
+                yarl.URL(str(request.url), encoded=True),
                 headers=request.headers.multi_items(),  # a list: repeated headers stay apart
                 data=request.content or None,
                 allow_redirects=False,

@@ -104,6 +104,8 @@ class Run:
     seconds: float
     recorded: dict[str, Any]
     sent_bodies: dict[str, Any]  # tap id -> the body the client sent (proxied runs)
+    prefix_kept: float = 0.0  # of the bytes of main-loop requests, the share unchanged from the one before
+    received_tokens: int = 0  # cl100k tokens of every request the server received, summed
 
     def row(self) -> str:
         route = "proxy" if self.proxied else "direct"
@@ -398,4 +400,111 @@ def summarise(
         seconds=seconds,
         recorded=recorded,
         sent_bodies=sent_bodies,
+        prefix_kept=prefix_kept(received),
+        received_tokens=sum(r["tokens"] for r in received),
     )
+
+
+def prefix_kept(received: list[dict[str, Any]]) -> float:
+    main = [r for r in received if r["kind"] in ("tools", "final")][1:]
+    total = sum(r.get("bytes", 0) for r in main)
+    return sum(r.get("prefix_bytes", 0) for r in main) / total if total else 0.0
+
+
+# `compacting-proxy run <client> -- ARGS`: the CLI's own arguments for the task, and the variables a
+# user of these tests sets that `run` leaves alone (permissions, thinking, plugins).
+RUN_ARGS = {
+    "claude": ["-p", TASK, "--output-format", "json", "--allowedTools", "Read,Bash,Grep,Glob"],
+    "codex": ["exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", TASK],
+    "opencode": ["run", TASK],
+}
+RUN_ENV = {
+    "claude": {"MAX_THINKING_TOKENS": "0"},
+    "codex": {},
+    "opencode": {
+        "OPENCODE_PERMISSION": '{"*": "allow"}',
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    },
+}
+RUN_MODEL = "agent-model"
+
+
+def user_env(home: Path) -> dict[str, str]:
+    """A user's environment with a home of its own and the CLIs of tests/clis on the PATH."""
+    return {
+        "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(home),
+        "TERM": "dumb",
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local/state"),
+    }
+
+
+def run_command(
+    client: str,
+    window: int,
+    *,
+    steps: int,
+    tell_window: bool,
+    home: Path | None = None,
+    own_proxy: bool = True,
+    timeout: float = 600,
+) -> tuple[Run, str]:
+    """One session started with `compacting-proxy run CLIENT` against the scripted server; the run
+    and the proxy's log. With `own_proxy`, `run` starts its proxy itself (`--upstream`, `--window`);
+    else a proxy is started here and `run --proxy` points the CLI at the server's tap in front of it,
+    which records what the CLI sent."""
+    from tests.support.upstreams.proxy_server import proxy_command
+
+    with tempfile.TemporaryDirectory(prefix=f"agent-run-{client}-") as tmp:
+        tree = lay_out_tree(Path(tmp))
+        if home is None:
+            home = Path(tmp) / "home"
+            home.mkdir()
+        log = Path(tmp) / "proxy.log"
+        port = free_port()
+        started = time.monotonic()
+        with (
+            contextlib_proxy(not own_proxy, f"http://127.0.0.1:{port}/v1", window, {}) as proxy_url,
+            model_server(window, steps, tree, port, proxy_url) as base,
+        ):
+            options = ["--model", RUN_MODEL, "--tell-window" if tell_window else "--no-tell-window"]
+            if own_proxy:
+                options += ["--upstream", f"{base}/v1", "--window", str(window), "--log", str(log)]
+            else:
+                options += ["--proxy", f"{base}/tap"]
+            cmd = [*proxy_command(), "run", client, *options, "--", *RUN_ARGS[client]]
+            env = user_env(home) | RUN_ENV[client]
+            try:
+                done = subprocess.run(
+                    cmd,
+                    cwd=tree,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    stdin=subprocess.DEVNULL,
+                )
+                code, output = done.returncode, done.stdout + done.stderr
+            except subprocess.TimeoutExpired as expired:
+                code, output = -1, f"timed out after {timeout} s\n{expired.stdout or ''}"
+            recorded = httpx.get(f"{base}/_recorded", timeout=30).json()
+            sent_bodies = httpx.get(f"{base}/_sent", timeout=60).json() if not own_proxy else {}
+        proxy_log = log.read_text(errors="replace") if log.exists() else ""
+        result = summarise(
+            client,
+            window,
+            True,
+            False,
+            steps,
+            code,
+            output,
+            recorded,
+            sent_bodies,
+            time.monotonic() - started,
+        )
+        return result, proxy_log

@@ -1,6 +1,6 @@
-"""The seam between an OpenAI chat and Ollama's native `/api/chat`: `OllamaBridge`, how one request
-goes there (its window, streamed or not). The request's translation is `native_request`, the
-answer's `openai_answer`; `relay` carries the answer back over the wire.
+"""An OpenAI chat on Ollama's native `/api/chat`: `OllamaBridge` (a `proxy.bridges.base.Bridge`),
+how one request goes there (its window, streamed or not). The request's translation is
+`native_request`, the answer's `openai_answer`; `relay` carries the answer back over the wire.
 """
 
 from __future__ import annotations
@@ -8,9 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import httpx
 import orjson
+from starlette.responses import Response
 
+from proxy.bridges.base import Answer, Headers
 from proxy.bridges.ollama.native_request import Body, to_ollama_chat
+from proxy.engine.chat import ChatPlan
+from proxy.formats import Conversation
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +25,9 @@ class OllamaBridge:
     num_ctx: int
     stream: bool = False
     include_usage: bool = False
-    path: ClassVar[str] = "/api/chat"  # from the server's root
+    path: ClassVar[str] = "/api/chat"
+    from_root: ClassVar[bool] = True
+    retries: ClassVar[bool] = False  # Ollama cuts a prompt past num_ctx instead of refusing it
 
     @classmethod
     def for_request(cls, body: Body, num_ctx: int) -> OllamaBridge:
@@ -34,3 +41,18 @@ class OllamaBridge:
         if native is None:
             raise ValueError("compaction made the request untranslatable")  # it only shortens strings
         return orjson.dumps(native)
+
+    @property
+    def window(self) -> int:
+        return self.num_ctx
+
+    def outgoing(self, headers: Headers, query: bytes) -> tuple[Headers, bytes]:
+        return headers, query
+
+    def content(self, body: Body, conversation: Conversation, plan: ChatPlan) -> bytes:
+        return self.request_bytes({**body, "messages": plan.result.messages}, plan.max_tokens)
+
+    async def relay(self, response: httpx.Response, answer: Answer) -> Response:
+        from proxy.bridges.ollama.relay import relay_from_ollama  # it names this class
+
+        return await relay_from_ollama(response, self, answer)

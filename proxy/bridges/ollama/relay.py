@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from proxy.bridges.ollama.bridge import OllamaBridge
+from proxy.bridges.base import TRUNCATED_HEADER, Answer, Learn
 from proxy.bridges.ollama.openai_answer import (
     SseTranslator,
     chat_completion,
@@ -26,23 +27,21 @@ from proxy.bridges.ollama.openai_answer import (
 from proxy.errors import error_body
 from proxy.metrics import Metrics
 from proxy.upstream.forwarding import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
-from proxy.upstream.prompt_reports import Truncation
+
+if TYPE_CHECKING:
+    from proxy.bridges.ollama.bridge import OllamaBridge
 
 log = logging.getLogger("proxy.ollama")
 
-Learn = Callable[[int | None], Truncation | None]
-TRUNCATED_HEADER = "x-compaction-upstream-truncated"
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one NDJSON event: a chunk of a reply, never megabytes
 
 
-async def relay_from_ollama(
-    response: httpx.Response, bridge: OllamaBridge, headers: dict[str, str], learn: Learn, metrics: Metrics
-) -> Response:
+async def relay_from_ollama(response: httpx.Response, bridge: OllamaBridge, relay: Answer) -> Response:
     """The OpenAI client's answer for Ollama's `response` (its body still unread)."""
+    headers, learn = relay.headers, relay.learn
     if bridge.stream and response.is_success:
-        return _SseResponse(
-            response, SseTranslator(completion_id(), bridge.include_usage), headers, learn, metrics
-        )
+        translator = SseTranslator(completion_id(), bridge.include_usage)
+        return SseResponse(response, translator, headers, learn, relay.metrics, relay.stream_error)
     try:
         with map_transport_errors():
             content = await read_decoded(response, MAX_ANSWER_BYTES)
@@ -75,18 +74,33 @@ async def relay_from_ollama(
     )
 
 
-class _SseResponse(StreamingResponse):
+class Lines(Protocol):
+    """A stream's translator: the SSE bytes for each NDJSON line, whether the answer is done, and the
+    prompt size it reported (`SseTranslator`; the Gemini bridge's over Ollama)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def prompt_eval_count(self) -> int | None: ...
+
+    def line(self, line: bytes) -> bytes: ...
+
+
+class SseResponse(StreamingResponse):
     """Ollama's NDJSON lines, translated to SSE events as they arrive; the upstream response is closed
     when the client has it all, goes away, or the upstream fails."""
 
     def __init__(
         self,
         response: httpx.Response,
-        translator: SseTranslator,
+        translator: Lines,
         headers: dict[str, str],
         learn: Learn,
         metrics: Metrics,
+        stream_error: Callable[[str], bytes],
     ) -> None:
+        self.stream_error = stream_error  # the OpenAI client's own event
         super().__init__(
             self._events(response, translator, learn),
             media_type="text/event-stream",
@@ -96,7 +110,7 @@ class _SseResponse(StreamingResponse):
         self.metrics = metrics
 
     async def _events(
-        self, response: httpx.Response, translator: SseTranslator, learn: Learn
+        self, response: httpx.Response, translator: Lines, learn: Learn
     ) -> AsyncIterator[bytes]:
         try:
             async for line in decoded_lines(response, MAX_LINE_BYTES):
@@ -108,8 +122,7 @@ class _SseResponse(StreamingResponse):
         if translator.done:
             learn(translator.prompt_eval_count)
             return
-        message = "The upstream stream broke off before it was done."
-        yield b"data: " + error_body(message, type="upstream_error", code="upstream_stream_error") + b"\n\n"
+        yield self.stream_error("The upstream stream broke off before it was done.")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.metrics.streams_open.inc()

@@ -98,6 +98,13 @@ class OllamaUpstream:
             return OllamaBridge.for_request(body, asked)  # the client set it (`extra_body`): it wins
         return OllamaBridge.for_request(body, await self.num_ctx(str(body.get("model") or ""), headers))
 
+    async def native_window(self, model: str, headers: RawHeaders = ()) -> int | None:
+        """The window `model` gets on Ollama's native API, or None: not Ollama, or
+        `COMPACT_OLLAMA_NUM_CTX` off (for requests another bridge carries there)."""
+        if not self.settings.ollama_num_ctx or not await self.is_ollama(headers):
+            return None
+        return await self.num_ctx(model, headers)
+
     async def num_ctx(self, model: str, headers: RawHeaders = ()) -> int:
         """The window `model` runs at when the proxy sends it: chosen once, then kept (only models
         Ollama has are kept, so the table stays as small as its model list)."""

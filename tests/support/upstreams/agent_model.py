@@ -228,9 +228,29 @@ class Recorder:
         self.sent: dict[str, dict[str, Any]] = {}
         self.tap_ids = itertools.count(1)
         self.ids = itertools.count(1)
+        self.last_items: list[tuple[str, int]] = []  # the previous request's items: digest, size
+
+    def prefix(self, fmt: str, body: dict[str, Any], main: bool) -> tuple[int, int]:
+        """Bytes of this request's conversation, and of them the unchanged prefix it shares with the
+        previous main-loop request (what a server's prompt cache can reuse): the system part, the
+        tools, then each item. Side requests (titles, summaries) are measured, not remembered."""
+        head, listed = {
+            "messages": (body.get("system"), body.get("messages")),
+            "responses": (body.get("instructions"), body.get("input")),
+        }.get(fmt, (None, body.get("messages")))
+        items = [(digest(x), len(orjson.dumps(x))) for x in [head, body.get("tools"), *(listed or [])]]
+        kept = 0
+        for (now, size), (before, _) in zip(items, self.last_items, strict=False):
+            if now != before:
+                break
+            kept += size
+        if main:
+            self.last_items = items
+        return sum(size for _, size in items), kept
 
     def note(self, request: Request, fmt: str, body: dict[str, Any], tokens: int, **more: Any) -> None:
         tap = request.headers.get("x-agent-tap")
+        size, kept = self.prefix(fmt, body, more.get("kind") in ("tools", "final"))
         self.received.append(
             {
                 "format": fmt,
@@ -242,6 +262,8 @@ class Recorder:
                 "has_task": TASK_MARK in orjson.dumps(body).decode(),
                 "stream": body.get("stream") is True,
                 "tools": len(body.get("tools") or []),
+                "bytes": size,
+                "prefix_bytes": kept,
                 **more,
             }
         )

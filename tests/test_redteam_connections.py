@@ -1,0 +1,254 @@
+"""Issue 23, the connection rows, against the real `compacting-proxy` process on loopback: probes
+answered while slow bodies hold the connection cap, slow bodies cut by a minimum rate only under load
+(row 5), pipelined requests nobody reads kept from filling the memory (row 6), and `--workers N`
+(each worker its own cap). Socket counts are kept modest: the cap is lowered through its setting.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import statistics
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.processes import VENV_BIN, free_port, running
+
+CHAT = b'{"model": "stub", "messages": [{"role": "user", "content": "hello there, a slow upload"}]}'
+PROBES = ("/healthz", "/readyz", "/metrics")
+
+
+@dataclass
+class Proxy:
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def rss_kb(self) -> int:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1))  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[str]:
+    """The project's stub model server, as the upstream (it answers chats and `/v1/models`)."""
+    port = free_port()
+    args = [str(VENV_BIN / "python"), "-m", "proxy.stub", "--port", str(port)]
+    with running(args, ready_url=f"http://127.0.0.1:{port}/v1/models"):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@contextmanager
+def proxy_for(upstream_url: str, *args: str, **env: str) -> Iterator[Proxy]:
+    port = free_port()
+    command = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--no-access-log", *args]
+    environment = {"COMPACT_UPSTREAM_URL": upstream_url, "COMPACT_WINDOW": "8192", **env}
+    with running(command, ready_url=f"http://127.0.0.1:{port}/healthz", env=environment) as process:
+        yield Proxy(process, port)
+
+
+def port_of(proxy: Proxy) -> int:
+    return proxy.port
+
+
+def chat_head(length: int = len(CHAT)) -> bytes:
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % length
+    )
+
+
+def probe_latency(port: int, path: str) -> tuple[int, float]:
+    """A probe as the kubelet sends it (a new connection, `Connection: close`): status and seconds."""
+    asked = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n" % path.encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1]), time.monotonic() - asked
+
+
+@contextmanager
+def sockets(port: int, count: int) -> Iterator[list[socket.socket]]:
+    opened = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
+    try:
+        yield opened
+    finally:
+        for sock in opened:
+            sock.close()
+
+
+def has_answer(sock: socket.socket) -> bool:
+    """Whether the proxy has written or hung up, without taking what it wrote."""
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def answer_of(sock: socket.socket, timeout: float) -> bytes:
+    """What the proxy wrote until it closed the connection, or until `timeout` passes."""
+    sock.settimeout(timeout)
+    answer = b""
+    with suppress(TimeoutError, OSError):
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+# --- 5: probes answered while trickling bodies hold the cap; a minimum body rate under load ------
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_5_probes_answer_while_trickling_bodies_hold_the_cap_and_the_bodies_are_cut(stub: str) -> None:
+    cap = 50
+    limits = {"COMPACT_MAX_CLIENT_CONNECTIONS": str(cap), "COMPACT_MIN_BODY_RATE_GRACE": "2"}
+    with proxy_for(stub, **limits) as proxy:
+        port = port_of(proxy)
+        idle = [probe_latency(port, "/healthz")[1] for _ in range(20)]
+        noise = max(idle)
+        with sockets(port, cap) as trickling:
+            for sock in trickling:  # a whole head, then a byte now and then: 1,000 bytes announced
+                sock.sendall(chat_head(1000) + b"{")
+            time.sleep(0.3)
+            with socket.create_connection(("127.0.0.1", port)) as chat:  # the cap is reached
+                chat.sendall(chat_head() + CHAT)
+                assert answer_of(chat, 5).startswith(b"HTTP/1.1 503 "), "the cap was not reached"
+            during: list[float] = []
+            for _ in range(5):
+                for path in PROBES:
+                    status, seconds = probe_latency(port, path)
+                    assert status == 200, (path, status)
+                    during.append(seconds)
+            assert max(during) < 0.05 + noise, (max(during), statistics.median(idle), noise)
+            started = time.monotonic()
+            while time.monotonic() - started < 6:  # a byte a second: far under 240 B/s
+                for sock in trickling:
+                    with suppress(OSError):
+                        sock.send(b" ")
+                if all(has_answer(sock) for sock in trickling):
+                    break
+                time.sleep(1)
+            cut = time.monotonic() - started
+            answers = [answer_of(sock, 1) for sock in trickling]
+            assert sum(a.startswith(b"HTTP/1.1 408 ") for a in answers) == cap, answers[:3]
+            assert cut < 5, cut  # the grace (2 s) and a check a second, from the head's end
+        reply = httpx.post(proxy.base_url + "/v1/chat/completions", content=CHAT, timeout=10)
+        assert reply.status_code == 200, reply.text
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_5_a_slow_upload_is_served_at_ordinary_load(stub: str) -> None:
+    """The issue's legitimate slow upload (a byte every 2 s for 40 s), ten times faster and with the
+    grace ten times shorter: far under the minimum rate, and served, since the proxy is not busy."""
+    limits = {"COMPACT_MIN_BODY_RATE_GRACE": "0.5", "COMPACT_BODY_TIMEOUT": "3"}
+    with proxy_for(stub, **limits) as proxy:
+        with socket.create_connection(("127.0.0.1", port_of(proxy))) as sock:
+            sock.sendall(chat_head().replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+            for byte in CHAT:  # 5 bytes a second for 17 s would be 85 bytes: here about 4.4 s
+                time.sleep(0.05)
+                sock.sendall(bytes([byte]))
+            answer = answer_of(sock, 10)
+        assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+
+
+@pytest.mark.process
+def test_5_past_the_cap_a_request_for_another_path_gets_503_and_the_reserve_is_bounded(stub: str) -> None:
+    cap = 10
+    limits = {"COMPACT_MAX_CLIENT_CONNECTIONS": str(cap), "COMPACT_HEADER_TIMEOUT": "3"}
+    with proxy_for(stub, **limits) as proxy:
+        port = port_of(proxy)
+        with sockets(port, cap) as held, sockets(port, 40) as silent:
+            time.sleep(0.3)
+            # 40 silent connections past the cap: the oldest are evicted, the probes still get in
+            evicted = sum(has_answer(sock) for sock in silent)
+            assert evicted >= 40 - 16, evicted
+            assert probe_latency(port, "/healthz")[0] == 200
+            with socket.create_connection(("127.0.0.1", port)) as chat:
+                chat.sendall(chat_head() + CHAT)
+                answer = answer_of(chat, 5)
+            assert answer.startswith(b"HTTP/1.1 503 "), answer[:200]
+            assert b'"code":"overloaded"' in answer and b"connection: close" in answer.lower()
+            assert not any(has_answer(sock) for sock in held)
+
+
+# --- 6: pipelined requests nobody reads are not all parsed at once --------------------------------
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_6_pipelined_gets_never_read_leave_the_memory_bounded(stub: str) -> None:
+    request = b"GET /healthz HTTP/1.1\r\nHost: p\r\n\r\n"
+    burst = request * (256 * 1024 // len(request))  # about 7,700 requests
+    with proxy_for(stub) as proxy:
+        port = port_of(proxy)
+        idle = max(probe_latency(port, "/healthz")[1] for _ in range(20))
+        before = proxy.rss_kb()
+        with sockets(port, 50) as pipelining:
+            for sock in pipelining:
+                sock.settimeout(2)
+                with suppress(OSError):  # the proxy may stop reading: then the kernel's buffers fill
+                    sock.sendall(burst)
+            time.sleep(2)
+            during = proxy.rss_kb()
+            probes = [probe_latency(port, "/healthz") for _ in range(5)]
+        print(f"RSS {before // 1024} -> {during // 1024} MB; /healthz {probes}, idle {idle:.4f} s")
+        assert during < 300 * 1024, (before, during)
+        # The proxy is still answering the requests it was sent, as fast as the kernel takes the
+        # answers: a probe waits its turn among 50 busy connections (it was 10.7 s on 16efdaf).
+        assert all(status == 200 for status, _ in probes)
+        assert statistics.median(seconds for _, seconds in probes) < 0.5 + idle, probes
+
+
+@pytest.mark.process
+def test_6_pipelined_requests_are_all_answered_in_order(stub: str) -> None:
+    """A client that does read: 300 pipelined probes with two chats among them, in one write."""
+    with proxy_for(stub) as proxy:
+        probe = b"GET /healthz HTTP/1.1\r\nHost: p\r\n\r\n"
+        chunked = chat_head().replace(b"Content-Length: %d" % len(CHAT), b"Transfer-Encoding: chunked")
+        chunked += b"%x\r\n%s\r\n0\r\n\r\n" % (len(CHAT), CHAT)
+        data = probe * 100 + chat_head() + CHAT + probe * 100 + chunked + probe * 100 + b"GET /nowhere"
+        data += b" HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", port_of(proxy)), timeout=20) as sock:
+            sock.sendall(data)
+            answers = b""
+            while chunk := sock.recv(65536):
+                answers += chunk
+        statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answers)
+        assert statuses[:-1] == [b"200"] * 302 and statuses[-1] != b"200", statuses[-3:]
+        assert answers.count(b'"choices"') == 2
+
+
+# --- --workers N: each worker has its own cap --------------------------------------------------------
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_workers_each_have_their_own_connection_cap(stub: str) -> None:
+    """With `--workers 2` and a cap of 5, between 5 and 10 chats are held open (as the kernel hands
+    connections to the workers), and the rest get 503: the cap is per worker, as the README says."""
+    with proxy_for(stub, "--workers", "2", COMPACT_MAX_CLIENT_CONNECTIONS="5") as proxy:
+        port = proxy.port
+        with sockets(port, 30) as held:
+            for sock in held:
+                sock.sendall(chat_head(1000) + b"{")  # a body that never ends
+            time.sleep(1)
+            refused = sum(answer_of(sock, 0.2).startswith(b"HTTP/1.1 503 ") for sock in held)
+            assert 20 <= refused <= 25, refused
+            assert probe_latency(port, "/healthz")[0] == 200
