@@ -41,6 +41,11 @@ ADVERSARIAL = {
     "exit codes": lambda n: "exit code " * (n // 10),
     "numbered blank lines": lambda n: "  1\t\n" * (n // 5),
     "plain words": lambda n: "word " * (n // 5),
+    "success lines": lambda n: "Successfully installed a-1\n" * (n // 27),
+    "error colons": lambda n: "a.py: error: " * (n // 13),
+    "ls lines": lambda n: "-rw-r--r-- 1 a a 1 x\n" * (n // 21),
+    "grep context": lambda n: "a.py-1-" * (n // 7),
+    "url escapes and mail": lambda n: "%2F@a.b" * (n // 7),
 }
 
 # Pieces the patterns of notes and caps react to, for the property test to combine.
@@ -48,6 +53,7 @@ PIECES = [
     " ", "\n", "\t", "a", "A", "1", "-", ".", ":", "/", "_", "#", "$", ",", "=", "→", "\\", "é",
     "1 passed", " failed", "Error", "Exception", "error", "exit code ", "returncode", "def ", "class ",
     "export ", "async ", "::", "FAILED ", "ERROR ", "E   ", "a.py:1:", "\\u005c", "USD", "0x1f",
+    "<returncode>1</returncode>", "Successfully installed ", "error: ", "-rw-r--r-- ", "a.py-1-", "%2F", "@",
 ]  # fmt: skip
 
 MS_PER_KB = 3.0  # linear is ~0.05 ms a KB (1.5 at worst: a line per error word); quadratic at 40 KB is ~100

@@ -26,6 +26,7 @@ from proxy.engine.scanning import (
     ERROR_WORD,
     ERROR_WORDS,
     LINE_CHARS,
+    MAX_LINES,
     NUMBERED_LINE,
     SCAN_CHARS,
     head_and_tail,
@@ -75,6 +76,20 @@ _DIGIT = re.compile(r"[0-9]")
 _JSON_ESCAPE = re.compile(r'\\(?:u[0-9A-Fa-f]{4}|[nrt"\\/])')
 _ESCAPE = re.compile(r"u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[nrtbfv0]")
 _HEX = re.compile(r"(?:0x)?[0-9a-f]{6,}")
+# grep's context lines (`80-def`, `src/a.py-15-from`): the line number is no part of the fact.
+_GREP_CONTEXT = re.compile(r"(.+\.\w+)-[0-9]++(?:-|$)|()[0-9]++-(?=[A-Za-z_])")
+# Noise an agent never asks about again: caches and build dirs of installers, licence URLs.
+_NOISE_PATH = ("/.cache/", "/pip-", "/wheels/")
+_NOISE_URL = ("licen", "pip.pypa.io/warnings", "opensource.org", "gnu.org/", "creativecommons")
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_CODE_LINE_STARTS = ("except", "raise ", "class ", "def ", "#", "import ", "from ", "catch", "throw ", "//")
+_LS_LINE = re.compile(r"^[-dlcbps][rwxsStT-]{9}[.+@]?[ \t]", re.M)
+# `unusable.It`: a sentence run into the next one, not a dotted name.
+_SENTENCE_STARTS = frozenset({
+    "It", "The", "This", "That", "If", "In", "To", "You", "We", "For", "See", "Please", "Note", "Use",
+    "Try", "When", "Consider", "Also", "Then", "Run", "Check", "And", "But", "Or", "As", "At", "On",
+    "Is", "Was", "There", "These", "Those", "A", "An", "Make", "Set", "No", "Not",
+})  # fmt: skip
 _FILE_EXTENSIONS = frozenset({
     "py", "pyi", "js", "mjs", "cjs", "ts", "tsx", "jsx", "rs", "go", "java", "kt", "c", "h", "cc", "cpp",
     "hpp", "cs", "rb", "php", "swift", "scala", "sh", "md", "rst", "txt", "toml", "yaml", "yml", "json",
@@ -142,11 +157,25 @@ def _facts(text: str) -> Iterator[tuple[str, int]]:
         text = NUMBERED_LINE.sub("", text)  # line numbers are not facts
     for line in _error_lines(text, 2):
         yield line, RANK_ERROR_LINE
+    listing = _LS_LINE.search(text, 0, 2000) is not None
+    if listing:  # `ls -l`: the names are the facts, sizes and dates are not
+        for row in itertools.islice(_LS_LINE.finditer(text), MAX_LINES):
+            end = text.find("\n", row.end())
+            name = text[row.end() : len(text) if end < 0 else end].rpartition(" ")[2]
+            if name.strip(".") and len(name) <= 120:
+                yield name, RANK_PATH
     ranks: dict[str, list[tuple[str, int]]] = {}  # a token's facts, found once per distinct token
     for match in itertools.islice(_FACT_TOKEN.finditer(text), MAX_SCANNED):
         token = match.group(0)
-        if text[match.start() - 1] == "\\" and match.start() and (escape := _ESCAPE.match(token)):
+        before = text[match.start() - 1] if match.start() else ""
+        if before == "\\" and (escape := _ESCAPE.match(token)):
             token = token[escape.end() :]  # `\u005c`, `\n` of JSON-escaped text are not facts
+        elif before == "%" and len(token) > 2 and _HEX_DIGITS.issuperset(token[:2]):
+            token = token[2:]  # `%2F` of a URL-escaped text
+        elif before == "@" or text.startswith("@", match.end()):
+            continue  # e-mail addresses: their domains and names are not what the next step uses
+        if listing and token.isdigit():
+            continue
         facts = ranks.get(token)
         if facts is None:
             ranks[token] = facts = _token_facts(token)
@@ -157,6 +186,13 @@ def _token_facts(token: str) -> list[tuple[str, int]]:
     if token.isalpha() and (token.islower() or token.isupper() or token[1:].islower()):
         return []  # a plain word: the most common token by far, and never a fact
     token = token.rstrip(".:/-,").lstrip("-:")
+    if len(token) <= 120 and (context := _GREP_CONTEXT.match(token)) is not None:
+        rest = token[context.end() :]
+        return [*_token_facts(context.group(1) or ""), *(_token_facts(rest) if len(rest) > 2 else [])]
+    if "/" in token and any(noise in token for noise in _NOISE_PATH):
+        return []
+    if "://" in token and any(noise in token.lower() for noise in _NOISE_URL):
+        return []
     facts = []
     for part in _parts(token[2:] if token.startswith("./") else token):
         kind = _rank(part)
@@ -169,7 +205,10 @@ def _parts(token: str) -> list[str]:
     """`src/app.py:12:def` is a path, a line number and a word; `a.py::test_x` and URLs stay whole."""
     if ":" not in token or "::" in token or "://" in token or token.replace(":", "").isdigit():
         return [token] if token else []
-    return [part for part in token.split(":") if part]
+    parts = token.split(":")
+    if "/" in parts[0] or parts[0].rpartition(".")[2] in _FILE_EXTENSIONS:
+        return [part for part in parts if part and not part.isdigit()]  # grep's line numbers
+    return [part for part in parts if part]
 
 
 def _rank(token: str) -> int | None:
@@ -184,6 +223,10 @@ def _rank(token: str) -> int | None:
     digits = _DIGIT.search(token) is not None
     if "." in token and not token[0].isdigit():
         parts = token.split(".")
+        if len(parts) == 2 and parts[1] in _SENTENCE_STARTS and parts[0].islower():
+            return None
+        if all(len(part) <= 1 for part in parts):
+            return None  # `i.e`, `e.g`: abbreviations
         if all(part.isidentifier() for part in parts):
             if _EXCEPTION_WORD.fullmatch(parts[-1]):
                 return RANK_ERROR
@@ -200,8 +243,10 @@ def _rank(token: str) -> int | None:
         if _HEX.fullmatch(token.lower()):
             return RANK_HEX
         return RANK_ID
-    if token.isidentifier() and (
-        "_" in token.strip("_") or token[0] == "_" or (not token.isupper() and not token[1:].islower())
+    if (
+        token.isidentifier()
+        and token.strip("_")
+        and ("_" in token.strip("_") or token[0] == "_" or (not token.isupper() and not token[1:].islower()))
     ):
         return RANK_NAME
     return None
@@ -213,6 +258,8 @@ def _error_lines(text: str, most: int) -> Iterator[str]:
     if not any(word in lowered for word in ERROR_WORDS):
         return
     for start, end in matching_lines(ERROR_WORD, text, lowered, ERROR_WORDS):
+        if text[start : min(end, start + 80)].lstrip().startswith(_CODE_LINE_STARTS):
+            continue  # `except Exception:`, `raise KeyError(...)`: a source line, not an error that happened
         if end - start > 100:  # a long line (JSON-escaped output): around its last error word
             found = [m.start() for m in ERROR_WORD.finditer(text, start, min(end, start + LINE_CHARS))]
             start = max(start, found[-1] - 40) if found else start

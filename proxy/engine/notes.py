@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from proxy.engine.facts import facts_section, pick_facts
+from proxy.engine.outcome import outcome
 from proxy.engine.outline import outline
 from proxy.engine.scanning import NUMBERED_LINE, SCAN_CHARS, head_and_tail, shorten
 
@@ -26,6 +27,11 @@ DROPPED_PREFIX = "[Earlier conversation dropped to save context:"
 
 ARGUMENT_CHARS = 120
 _SPACE = re.compile(r"\s+")
+# mini-swe-agent's wrapper of an observation: its status (said by the outcome) and its warning that
+# the output was too long (said by the note's size), which would otherwise fill the preview.
+_WRAPPER = re.compile(
+    r"\A\s*+<returncode>-?[0-9]++</returncode>\s*+(?:<output>\s*+)?|<warning>[^<]{0,600}+</warning>\s*+"
+)
 
 
 def is_note(content: Any) -> bool:
@@ -56,8 +62,8 @@ def build_note(
     """The note that stands in for a tool result whose plain text is `text`. `fits` may bound the
     facts section further than its character budget (the engine bounds it in tokens)."""
     call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    said = preview + outline(head_and_tail(text, SCAN_CHARS))
-    return _note(call, text, said, facts_section(pick_facts(text, said, fits)))
+    ran, said = _outcome_and_outline(text)
+    return _note(call, text, ran, preview + said, facts_section(pick_facts(text, ran + preview + said, fits)))
 
 
 def note_without_facts(
@@ -65,18 +71,27 @@ def note_without_facts(
 ) -> str:
     """The note without its facts, which cost the most to find: for costing a note before writing it."""
     call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    return _note(call, text, preview + outline(head_and_tail(text, SCAN_CHARS)), "")
+    ran, said = _outcome_and_outline(text)
+    return _note(call, text, ran, preview + said, "")
 
 
-def _note(call: str, text: str, preview: str, kept: str) -> str:
-    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars. Preview: {preview}{kept}]"
+def _outcome_and_outline(text: str) -> tuple[str, str]:
+    """What the run came to (said first: the next step depends on it most), and the outline, which
+    gets what the outcome left of the outline's budget, so a note costs what it did."""
+    read = head_and_tail(text, SCAN_CHARS)
+    ran = outcome(read)
+    return ran, outline(read, spent=len(ran) // 4)
+
+
+def _note(call: str, text: str, ran: str, preview: str, kept: str) -> str:
+    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars.{ran} Preview: {preview}{kept}]"
 
 
 def _call_and_preview(
     text: str, tool: str | None, arguments: str | None, preview_chars: int
 ) -> tuple[str, str]:
     call = f"{tool or 'tool'}({shorten(_compact_json(arguments or ''), ARGUMENT_CHARS)})"
-    head = text[: preview_chars * 8]
+    head = _WRAPPER.sub("", text[: preview_chars * 8 + 600], 2)  # the outcome says the status
     if NUMBERED_LINE.search(head, 0, 200):
         head = NUMBERED_LINE.sub("", head)
     return call, shorten(" ".join(head[: preview_chars * 4].split()), preview_chars)

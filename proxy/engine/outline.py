@@ -1,8 +1,8 @@
 """The outline of a tool result, the part of its note that says what the result established.
 
 A file read keeps its line range and the names it defines (top-level first, not `cat -n` line
-numbers), grep output the files it matched, test and shell output its failing test ids, exception
-lines, summary line and exit status. The outline's budget is in tokens (by `_tokens`), not a cut in
+numbers), grep output the files it matched; what a test or shell run came to is the note's outcome
+(`outcome.py`), which shares this budget. The outline's budget is in tokens (by `_tokens`), not a cut in
 characters: its short parts first, then the files matched and the names defined share what is left,
 top-level names before nested ones, listed in file order.
 
@@ -54,11 +54,6 @@ _DEFINITION = re.compile(
 )
 # grep/ripgrep output: "path:line:text".
 _MATCH_LINE = re.compile(r"^([\w./@+-]+\.\w+):\d+:", re.M)
-# `FAILED tests/x.py::t` (pytest's summary) or `tests/x.py::t FAILED` (verbose), `::` checked after.
-_TEST_ID = re.compile(r"^(?:FAILED|ERROR)[ \t]++(\S++)|^(\S++)[ \t]++(?:FAILED|ERROR)\b", re.M)
-_EXCEPTION_LINE = re.compile(
-    r"^(?:E[ \t]++)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::[^\n]*+)?)$", re.M
-)
 # Up to the line's first `=` (pytest's `==== 1 failed, 2 passed in 0.1s ====`), at most 200 more chars.
 SUMMARY_LINE = re.compile(
     r"^[=\- ]*+((?:[0-9]++ (?:failed|passed|errors?|skipped|xfailed|xpassed|warnings?|deselected)"
@@ -70,9 +65,10 @@ EXIT_STATUS = re.compile(
 )
 
 
-def outline(text: str) -> str:
-    """What a file read or a test/shell run established, in a few words: where a listing starts and
-    ends and the names it defines; the failing test ids, exception lines, summary and exit status."""
+def outline(text: str, spent: int = 0) -> str:
+    """What a file read or a grep established, in a few words: where a listing starts and ends, the
+    files it matched and the names it defines. What a run came to (exit status, summary, errors,
+    failed tests) is the note's outcome (`outcome.py`); `spent`: the tokens it took of this budget."""
     parts: list[str] = []
     numbers = NUMBERED_LINE.findall(text, 0, 4000)
     if len(numbers) >= 3:
@@ -83,26 +79,8 @@ def outline(text: str) -> str:
     for name, top in _definitions(text):
         definitions[name] = definitions.get(name, False) or top
     lists = len(parts)  # where the two lists go, once the short parts have taken their share
-    # Each pattern runs only where its words occur: most results are neither test nor shell output.
-    if "FAILED" in text or "ERROR" in text:
-        failed = _unique(a or b for a, b in _TEST_ID.findall(text) if a or "::" in b)
-        if failed:
-            parts.append("failed " + ", ".join(failed))
-    if "Error" in text or "Exception" in text or "Exit" in text or "Interrupt" in text:
-        errors = _unique(shorten(line.strip(), OUTLINE_ITEM_CHARS) for line in _EXCEPTION_LINE.findall(text))
-        if errors:
-            parts.append(" | ".join(errors))
-    if " passed" in text or " failed" in text or " error" in text:
-        summaries = [line.strip() for line in SUMMARY_LINE.findall(text) if " in " in line or "," in line]
-        if summaries:
-            parts.append(shorten(summaries[-1], OUTLINE_ITEM_CHARS))
-    lowered = text.lower()
-    if "exit" in lowered or "returncode" in lowered or "return code" in lowered:
-        status = EXIT_STATUS.findall(text)
-        if status:
-            parts.append(f"exit status {status[-1]}")
     short = [shorten(part, OUTLINE_ITEM_CHARS * 4) for part in parts]
-    left = OUTLINE_TOKENS - sum(_tokens(part) + 1 for part in short)
+    left = OUTLINE_TOKENS - spent - sum(_tokens(part) + 1 for part in short)
     share = left // 2 if files and definitions else left
     listed: list[str] = []
     if files:
