@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     window: PositiveInt | Literal["auto"] = "auto"
     fallback_window: int = Field(default=8192, gt=0)
     window_refresh: float = Field(default=600.0, gt=0)
+    # `/readyz` fails while the upstream does not answer; off: ready once started (replicas behind a
+    # load balancer that should keep answering in the client's protocol while a shared upstream is down).
+    ready_needs_upstream: bool = True
     tokenizer: str = "estimate"
     # Count exactly where the model's name says which bundled tokenizer it uses (Qwen, GPT, Llama 3).
     tokenizer_by_model: bool = True

@@ -23,11 +23,12 @@ MARKERS=()
 if [ "${FAST:-0}" != "1" ]; then
     MARKERS=(-m "")
     if ! command -v redis-server >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1 \
-        || ! command -v docker-compose >/dev/null 2>&1 || ! command -v rg >/dev/null 2>&1; then
-        echo "installing redis-server, wrk, docker-compose and ripgrep (Debian) for the shared-cache tests," \
-            "the benchmarks, the compose files' check and opencode's grep tool" >&2
+        || ! command -v docker-compose >/dev/null 2>&1 || ! command -v rg >/dev/null 2>&1 \
+        || ! command -v haproxy >/dev/null 2>&1; then
+        echo "installing redis-server, haproxy, wrk, docker-compose and ripgrep (Debian) for the shared-cache" \
+            "and replica tests, the benchmarks, the compose files' check and opencode's grep tool" >&2
         SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
-        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server wrk docker-compose ripgrep >/dev/null
+        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server haproxy wrk docker-compose ripgrep >/dev/null
     fi
     if ! command -v chromium >/dev/null 2>&1; then
         echo "installing chromium (Debian) for the live page's browser tests" >&2

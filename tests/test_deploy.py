@@ -301,6 +301,33 @@ def test_replicas_share_a_redis_cache_and_take_keys_from_a_secret() -> None:
     assert ("PodDisruptionBudget", "compacting-proxy") in docs
 
 
+def test_replicas_scale_on_cpu_keep_two_through_disruptions_and_share_what_they_learn() -> None:
+    docs = {(doc["kind"], doc["metadata"]["name"]): doc for doc in load(KUBE_FILES[1])}
+    deployment = docs[("Deployment", "compacting-proxy")]
+    hpa = docs[("HorizontalPodAutoscaler", "compacting-proxy")]["spec"]
+    assert hpa["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "compacting-proxy",
+    }
+    assert (
+        hpa["minReplicas"] >= deployment["spec"]["replicas"] - 1 and hpa["maxReplicas"] > hpa["minReplicas"]
+    )
+    ((metric),) = hpa["metrics"]
+    assert metric["resource"]["name"] == "cpu" and metric["resource"]["target"]["type"] == "Utilization"
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "cpu" in container["resources"]["requests"], "utilization is relative to the request"
+    assert "cpu" not in container["resources"].get("limits", {}), "a CPU limit throttles; the HPA scales"
+    pdb = docs[("PodDisruptionBudget", "compacting-proxy")]["spec"]
+    assert pdb["minAvailable"] < hpa["minReplicas"], "a node can always be drained"
+    config = docs[("ConfigMap", "compacting-proxy")]["data"]
+    assert config["COMPACT_CACHE_URL"].startswith("redis://")
+    assert (
+        Settings(**{"ready_needs_upstream": config["COMPACT_READY_NEEDS_UPSTREAM"]}).ready_needs_upstream
+        is False
+    )
+
+
 def test_kubernetes_images_are_pinned() -> None:
     for _, pod in pod_specs():
         for c in containers(pod):

@@ -85,6 +85,18 @@ async def test_readyz_follows_the_upstream() -> None:
     assert ready.status_code == 200 and down.status_code == 503
 
 
+async def test_readyz_can_ignore_the_upstream() -> None:
+    """`COMPACT_READY_NEEDS_UPSTREAM=false`: replicas stay in the load balancer while a shared
+    upstream is down, and answer each request with the upstream error in the client's protocol."""
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    async with proxy_client(RecordingUpstream(respond=refuse), ready_needs_upstream=False) as client:
+        ready = await client.get("/readyz")
+    assert ready.status_code == 200
+
+
 async def test_too_many_messages_is_a_400() -> None:
     upstream = RecordingUpstream()
     messages = [{"role": "user", "content": "x"}] * 11

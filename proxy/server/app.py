@@ -57,6 +57,7 @@ def create_app(
         # collection then walks only what requests allocated, not 100 ms of startup objects.
         gc.collect()
         gc.freeze()
+        await parts.start()
         try:
             yield
         finally:

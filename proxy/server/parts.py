@@ -4,13 +4,17 @@
 client over the same transport for the calls off the hot path (window probes, exact counts, Ollama's
 `/api/show`, summaries), the planner, the Ollama probe, the summariser and its cache, the `/readyz`
 check and the choice of headers sent upstream; it registers their tables with the metrics.
-`aclose` closes what they opened. What a request does with them is `pipeline.py`.
+With `COMPACT_CACHE_URL` set, the learned tables are shared with the other replicas
+(`proxy.upstream.shared_state`, plugged in by `share_learning`). `start` starts what runs in the
+background; `aclose` closes what they opened. What a request does with them is `pipeline.py`.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -25,7 +29,8 @@ from proxy.server.readiness import Readiness
 from proxy.settings import Settings
 from proxy.upstream.forwarding import Upstream, build_timeout
 from proxy.upstream.planner import Planner
-from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
+from proxy.upstream.probes import DetectedWindow, UpstreamTokenCounter, WindowDetector
+from proxy.upstream.shared_state import SharedCalibrator, SharedState, SharedTable
 from proxy.upstream.summarizer import Summarizer
 
 
@@ -46,6 +51,7 @@ class Parts:
     readiness: Readiness
     api_keys: list[bytes]  # the keys clients give the proxy itself
     records: Records  # what the live page shows
+    shared: SharedState | None  # the learned tables' link to the other replicas
 
     @classmethod
     def wire(
@@ -62,8 +68,11 @@ class Parts:
         )
         detector = WindowDetector(http, settings.upstream_url, refresh=settings.window_refresh)
         exact = UpstreamTokenCounter(http, settings.upstream_url)
+        shared = SharedState(settings.cache_url) if settings.cache_url else None
         planner = Planner(settings, detector=detector, exact=exact, metrics=metrics)
         ollama = OllamaUpstream(http, settings)
+        if shared:
+            share_learning(shared, planner, detector, ollama)
         summarizer = summarizer_for(settings, http)
         for name, table in (
             ("windows", detector._cache),
@@ -91,15 +100,23 @@ class Parts:
             bridges=Bridges(settings, ollama),
             summarizer=summarizer,
             headers=UpstreamHeaders(settings, upstream, routes),
-            readiness=Readiness(upstream),
+            readiness=Readiness(upstream, needs_upstream=settings.ready_needs_upstream),
             api_keys=[key.get_secret_value().encode() for key in settings.api_keys],
             records=records,
+            shared=shared,
         )
+
+    async def start(self) -> None:
+        """Start sharing what this replica learns (in the background: requests never wait for it)."""
+        if self.shared:
+            await self.shared.start()
 
     async def aclose(self, *, transport: bool) -> None:
         """Close the summary cache, and the transport too when the app built it."""
         if self.summarizer:
             await self.summarizer.cache.close()
+        if self.shared:
+            await self.shared.close()
         if transport:
             await self.http.aclose()  # closes the transport too
 
@@ -122,3 +139,39 @@ def summarizer_for(settings: Settings, http: httpx.AsyncClient) -> Summarizer | 
         max_tokens=settings.summary_tokens,
         timeout=settings.summary_timeout,
     )
+
+
+def share_learning(
+    shared: SharedState, planner: Planner, detector: WindowDetector, ollama: OllamaUpstream
+) -> None:
+    """Swap the learned tables for shared ones: the calibration (the last one learned anywhere wins),
+    the windows an upstream was seen cutting at (the smallest wins), the detected windows (with their
+    expiry on the wall clock), and the `num_ctx` chosen per Ollama model (the first one known is
+    kept: another makes Ollama reload the model)."""
+    calibrator = SharedCalibrator(shared, planner.settings.calibrate)
+    planner.calibrator = planner.reports.calibrator = calibrator
+    seen: SharedTable[int] = SharedTable(shared, "seen_windows", encode=int, decode=int, merge=_smallest)
+    planner.seen_windows = planner.reports.seen_windows = seen
+
+    def encode(entry: tuple[float, DetectedWindow | None]) -> Any:
+        expires, found = entry
+        return (
+            None if found is None else [time.time() + expires - detector.clock(), found.tokens, found.source]
+        )
+
+    def decode(value: Any) -> tuple[float, DetectedWindow | None]:
+        expires, tokens, source = value
+        return detector.clock() + float(expires) - time.time(), DetectedWindow(int(tokens), str(source))
+
+    detector._cache = SharedTable(shared, "windows", encode=encode, decode=decode)
+    ollama._windows = SharedTable(
+        shared,
+        "ollama_windows",
+        encode=int,
+        decode=int,
+        merge=lambda local, got: got if local is None else local,
+    )
+
+
+def _smallest(local: int | None, received: int) -> int:
+    return received if local is None else min(local, received)

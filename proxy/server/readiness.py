@@ -22,12 +22,15 @@ class Readiness:
     """The upstream answers (any HTTP status counts: it is reachable). Only its status line is read,
     and one answer serves every `/readyz` for `READY_TTL` seconds."""
 
-    def __init__(self, upstream: Upstream) -> None:
+    def __init__(self, upstream: Upstream, *, needs_upstream: bool = True) -> None:
         self.upstream = upstream
+        self.needs_upstream = needs_upstream  # off: ready as soon as the process serves
         self._lock = asyncio.Lock()
         self._last: tuple[float, str | None] = (float("-inf"), None)  # when last asked, and the error
 
     async def answer(self) -> Response:
+        if not self.needs_upstream:
+            return Response(b'{"status":"ready"}', media_type="application/json")
         async with self._lock:
             if time.monotonic() - self._last[0] >= READY_TTL:
                 error = await ask_ready(self.upstream)

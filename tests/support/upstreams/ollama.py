@@ -104,6 +104,7 @@ class FakeOllama:
     models: dict[str, ModelSpec] = field(default_factory=lambda: {"llama3.2:3b": ModelSpec()})
     default_context: int = DEFAULT_CONTEXT
     requests: list[tuple[str, Any]] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)  # each `/v1/chat/completions` body, as it came
     answers: list[Answer] = field(default_factory=list)
     truncations: list[Truncation] = field(default_factory=list)
     loads: list[tuple[str, int]] = field(default_factory=list)
@@ -255,6 +256,7 @@ class FakeOllama:
         return StreamingResponse(_ndjson(answer), media_type="application/x-ndjson")
 
     async def openai_chat(self, request: Request) -> Response:
+        self.bodies.append(await request.body())
         try:
             body = await request.json()
         except ValueError as exc:

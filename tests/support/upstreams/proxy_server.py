@@ -39,7 +39,9 @@ def proxy_command() -> list[str]:
 
 
 @contextmanager
-def running_proxy(upstream_url: str, window: int | str | None, **settings: str) -> Iterator[ProxyServer]:
+def running_proxy(
+    upstream_url: str, window: int | str | None, *, args: tuple[str, ...] = (), **settings: str
+) -> Iterator[ProxyServer]:
     """Serve the proxy in front of ``upstream_url`` (ending in /v1); extra ``settings`` become
     ``COMPACT_<NAME>`` variables, e.g. ``reply_reserve="64"``. A ``window`` of None leaves the
     proxy's default."""
@@ -51,7 +53,7 @@ def running_proxy(upstream_url: str, window: int | str | None, **settings: str) 
     with tempfile.TemporaryDirectory(prefix="compacting-proxy-") as tmp:
         port = free_port()
         log_path = Path(tmp) / "proxy.log"
-        cmd = [*proxy_command(), "--host", "127.0.0.1", "--port", str(port)]
+        cmd = [*proxy_command(), "--host", "127.0.0.1", "--port", str(port), *args]
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 cmd, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
