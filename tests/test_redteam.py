@@ -9,18 +9,13 @@ SDKs (`openai`, `anthropic`, `ollama`) and raw sockets. Findings of pure logic r
 from __future__ import annotations
 
 import json
-import re
 import socket
 import subprocess
-import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from contextlib import suppress
 from typing import Any
 
 import anthropic
@@ -31,153 +26,14 @@ import pytest
 
 from proxy.settings import Settings
 from tests.support.fakes import RecordingUpstream, completion, proxy_client
+from tests.support.hostile import Hostile, Proxy, ScriptedHandler, Seen, hostile_upstream, proxy_for
 from tests.support.processes import VENV_BIN, free_port, running
 
 CLIENT_KEY = "client-secret-for-the-proxy"
 UPSTREAM_KEY = "upstream-secret"
 
 
-# --- the hostile upstream -----------------------------------------------------------------------
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: list[tuple[str, str]]
-    body: bytes
-
-
-Handler = Callable[["_Handler", Seen], None]
-
-
-@dataclass
-class Hostile:
-    """An upstream whose answer per path is scripted (`routes`, first matching prefix wins)."""
-
-    port: int
-    routes: dict[str, Handler] = field(default_factory=dict)
-    seen: list[Seen] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: Any
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def handle_one(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        body = self.rfile.read(length) if length else b""
-        path = self.path.split("?")[0]
-        seen = Seen(self.command, path, list(self.headers.items()), body)
-        hostile: Hostile = self.server.hostile
-        hostile.seen.append(seen)
-        for prefix, handler in sorted(hostile.routes.items(), key=lambda kv: -len(kv[0])):
-            if path.startswith(prefix):
-                try:
-                    handler(self, seen)
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True
-                return
-        self.json(404, {"error": "not found"})
-
-    do_GET = do_POST = handle_one
-
-    def json(self, status: int, value: Any, headers: dict[str, str] | None = None) -> None:
-        self.raw(status, json.dumps(value).encode(), "application/json", headers)
-
-    def raw(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def chunked_then_cut(self, content_type: str, chunks: list[bytes]) -> None:
-        """A chunked body broken off after `chunks`: no final chunk, the connection closed."""
-        self.send_response(200)
-        self.send_header("content-type", content_type)
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
-        for chunk in chunks:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            self.wfile.flush()
-            time.sleep(0.05)
-        self.close_connection = True
-        self.connection.shutdown(socket.SHUT_RDWR)
-
-    def endless(self, content_type: str, head: bytes, filler: bytes, total: int, encoding: str = "") -> None:
-        """`head`, then `filler` repeated up to `total` bytes, with a Content-Length saying so."""
-        self.send_response(200)
-        self.send_header("content-type", content_type)
-        if encoding:
-            self.send_header("content-encoding", encoding)
-        self.send_header("content-length", str(total))
-        self.end_headers()
-        self.wfile.write(head)
-        sent = len(head)
-        while sent < total:
-            piece = filler[: total - sent]
-            self.wfile.write(piece)
-            sent += len(piece)
-
-
-class _Server(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # the proxy hanging up on a bomb is what the tests want
-
-
-@contextmanager
-def hostile_upstream() -> Iterator[Hostile]:
-    server = _Server(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    hostile = Hostile(server.server_address[1])
-    server.hostile = hostile  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield hostile
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-@dataclass
-class Proxy:
-    process: subprocess.Popen[bytes]
-    base_url: str
-
-    @property
-    def log(self) -> str:
-        path: Path = self.process.log_path  # type: ignore[attr-defined]
-        return path.read_text(errors="replace")
-
-    def rss_kb(self, field: str = "VmRSS") -> int:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        return int(re.search(rf"^{field}:\s+(\d+) kB", status, re.M).group(1))  # type: ignore[union-attr]
-
-    def metric(self, line_start: str) -> float:
-        text = httpx.get(self.base_url + "/metrics", timeout=5).text
-        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(line_start))
-
-
-@contextmanager
-def proxy_for(upstream_url: str, *, access_log: bool = False, **env: str) -> Iterator[Proxy]:
-    port = free_port()
-    environment = {"COMPACT_UPSTREAM_URL": upstream_url, "COMPACT_READ_TIMEOUT": "10", **env}
-    args = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--log-level", "info"]
-    if not access_log:
-        args.append("--no-access-log")
-    with running(args, ready_url=f"http://127.0.0.1:{port}/healthz", env=environment) as process:
-        yield Proxy(process, f"http://127.0.0.1:{port}")
+# --- the hostile upstream and the proxy in front of it: tests/support/hostile.py ----------------
 
 
 def sse(*events: dict[str, Any], named: bool = False) -> list[bytes]:
@@ -205,27 +61,27 @@ def long_history(turns: int, size: int = 1200) -> list[dict[str, Any]]:
 
 
 def scripted_for_probes(hostile: Hostile) -> None:
-    def version(h: _Handler, seen: Seen) -> None:
+    def version(h: ScriptedHandler, seen: Seen) -> None:
         h.json(200, {"version": "0.33.0"})
 
-    def show(h: _Handler, seen: Seen) -> None:
+    def show(h: ScriptedHandler, seen: Seen) -> None:
         h.json(200, {"parameters": "", "model_info": {"llama.context_length": 2048}})
 
-    def tokenize(h: _Handler, seen: Seen) -> None:
+    def tokenize(h: ScriptedHandler, seen: Seen) -> None:
         body = json.loads(seen.body)
         if "content" not in body:
             h.json(404, {"error": "messages are not tokenized here"})
         else:
             h.json(200, {"tokens": [1] * (len(body["content"]) // 3)})
 
-    def apply_template(h: _Handler, seen: Seen) -> None:
+    def apply_template(h: ScriptedHandler, seen: Seen) -> None:
         body = json.loads(seen.body)
         h.json(200, {"prompt": "\n".join(str(m.get("content")) for m in body.get("messages", []))})
 
-    def chat(h: _Handler, seen: Seen) -> None:
+    def chat(h: ScriptedHandler, seen: Seen) -> None:
         h.json(200, completion("- the summary"))
 
-    def messages(h: _Handler, seen: Seen) -> None:
+    def messages(h: ScriptedHandler, seen: Seen) -> None:
         h.json(
             200,
             {
@@ -240,7 +96,7 @@ def scripted_for_probes(hostile: Hostile) -> None:
             },
         )
 
-    def ollama_chat(h: _Handler, seen: Seen) -> None:
+    def ollama_chat(h: ScriptedHandler, seen: Seen) -> None:
         h.json(
             200,
             {
@@ -613,16 +469,16 @@ def gzip_bomb(size: int) -> bytes:
 def test_8_bombs_and_huge_answers_from_the_upstream_are_bounded() -> None:
     bomb = gzip_bomb(1 << 30)  # 1 GiB of zeros in about 1 MB
 
-    def send_bomb(h: _Handler, seen: Seen) -> None:
+    def send_bomb(h: ScriptedHandler, seen: Seen) -> None:
         h.raw(200, bomb, "application/json", {"content-encoding": "gzip"})
 
-    def chat(h: _Handler, seen: Seen) -> None:
+    def chat(h: ScriptedHandler, seen: Seen) -> None:
         if b"compress the earlier part" in seen.body:
             send_bomb(h, seen)  # the summariser
         else:  # a non-streamed answer of 512 MB
             h.endless("application/json", b'{"id": "x", "pad": "', b"a" * (1 << 20), 512 << 20)
 
-    def native_chat(h: _Handler, seen: Seen) -> None:
+    def native_chat(h: ScriptedHandler, seen: Seen) -> None:
         if b'"stream":true' in seen.body:  # one NDJSON line of 300 MB
             h.endless("application/x-ndjson", b'{"message": {"content": "', b"a" * (1 << 20), 300 << 20)
         else:
@@ -725,7 +581,7 @@ async def test_11_errors_on_api_chat_are_ollama_shaped() -> None:
 
 @pytest.mark.process
 def test_12_a_502_does_not_show_the_upstream_url_or_its_garbage() -> None:
-    def garbage(h: _Handler, seen: Seen) -> None:
+    def garbage(h: ScriptedHandler, seen: Seen) -> None:
         h.wfile.write(b"\x00\x16\x03\x01 this is not HTTP \xff\xfe\r\n\r\n")
         h.close_connection = True
 
