@@ -33,7 +33,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one round of 2 s: a check that it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.rounds = 2, 1
     port = free_port()
     upstream = [sys.executable, str(HERE / "fake_upstream.py"), "--port", str(port), "--lifetime", "600"]
     rows = []
