@@ -149,11 +149,12 @@ class Cuts:
         smallest: tuple[int, str] | None = None  # the cheapest cap tried, for a room smaller than any
         over = len(text) + CAP_NOTE_CHARS  # fewest chars known to cost more (or to keep it all)
         chars = int(len(text) * tokens / max(1, whole))
+        size = whole  # the cost at `chars`: the whole's where nothing is cut
         for _ in range(CAP_ROUNDS):
             capped = self._cap_text(text, chars, tool)
             if capped is None:
                 if under is not None or chars >= len(text):
-                    over = min(over, chars)
+                    over, size = min(over, chars), whole  # nothing cut at `chars`: it costs the whole
                 elif smallest is None and chars < MIN_CAP_CHARS:
                     chars = MIN_CAP_CHARS  # too small to say what was cut: the least that can say it
                     continue
@@ -171,7 +172,7 @@ class Cuts:
                 else:
                     over = min(over, chars)
             low = under[0] if under is not None else 0
-            if under is None:  # shrink in proportion (`size` is known: `capped` was not None)
+            if under is None:  # shrink in proportion to what `chars` cost
                 nxt = int(chars * tokens / max(1, size) * 0.97)
             elif over > len(text) + CAP_NOTE_CHARS - 1:  # grow in proportion, below what keeps it all
                 nxt = min(int(chars * tokens / max(1, under[1]) * 0.99), len(text) + CAP_NOTE_CHARS - 1)
