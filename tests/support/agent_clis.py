@@ -65,6 +65,18 @@ def installed(client: str) -> bool:
     return (BIN / client).exists()
 
 
+def run_cli(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run an agent CLI to its end (stdin closed): its exit status and its output, or -1 and what it
+    printed when it ran out of time."""
+    try:
+        done = subprocess.run(
+            cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired as expired:
+        return -1, f"timed out after {timeout} s\n{expired.stdout or ''}"
+    return done.returncode, done.stdout + done.stderr
+
+
 def version(client: str) -> str:
     package = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "opencode": "opencode-ai"}[
         client
@@ -308,19 +320,7 @@ def run(
                 own_compaction,
                 codex_compact_limit,
             )
-            try:
-                done = subprocess.run(
-                    cmd,
-                    cwd=tree,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                    stdin=subprocess.DEVNULL,
-                )
-                code, output = done.returncode, done.stdout + done.stderr
-            except subprocess.TimeoutExpired as expired:
-                code, output = -1, f"timed out after {timeout} s\n{expired.stdout or ''}"
+            code, output = run_cli(cmd, tree, env, timeout)
             recorded = httpx.get(f"{base}/_recorded", timeout=30).json()
             sent_bodies = httpx.get(f"{base}/_sent", timeout=60).json() if proxied else {}
         return summarise(
@@ -479,19 +479,7 @@ def run_command(
                 options += ["--proxy", f"{base}/tap"]
             cmd = [*proxy_command(), "run", client, *options, "--", *RUN_ARGS[client]]
             env = user_env(home) | RUN_ENV[client]
-            try:
-                done = subprocess.run(
-                    cmd,
-                    cwd=tree,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                    stdin=subprocess.DEVNULL,
-                )
-                code, output = done.returncode, done.stdout + done.stderr
-            except subprocess.TimeoutExpired as expired:
-                code, output = -1, f"timed out after {timeout} s\n{expired.stdout or ''}"
+            code, output = run_cli(cmd, tree, env, timeout)
             recorded = httpx.get(f"{base}/_recorded", timeout=30).json()
             sent_bodies = httpx.get(f"{base}/_sent", timeout=60).json() if not own_proxy else {}
         proxy_log = log.read_text(errors="replace") if log.exists() else ""

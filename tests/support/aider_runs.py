@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from typing import Any
 import httpx
 
 from scripts.aider_venv import AIDER_VERSION, binary_path
+from tests.support.agent_clis import run_cli
 from tests.support.processes import free_port, running
 from tests.support.upstreams.agent_model import count
 from tests.support.upstreams.proxy_server import running_proxy
@@ -137,19 +137,7 @@ def run_aider(window: int, *, proxied: bool, history_tokens: int = 45_000, timeo
                 "TERM": "dumb",
                 "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             }
-            try:
-                done = subprocess.run(
-                    cmd,
-                    cwd=work,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                    stdin=subprocess.DEVNULL,
-                )
-                code, output = done.returncode, done.stdout + done.stderr
-            except subprocess.TimeoutExpired as expired:
-                code, output = -1, f"timed out after {timeout} s\n{expired.stdout or ''}"
+            code, output = run_cli(cmd, work, env, timeout)
             received = httpx.get(f"{server}/_recorded", timeout=30).json()
         return AiderRun(proxied, code, output, (work / FILE).read_text(), received, count(history))
 
