@@ -26,7 +26,15 @@ import pytest
 
 from proxy.settings import Settings
 from tests.support.fakes import RecordingUpstream, completion, proxy_client
-from tests.support.hostile import Hostile, Proxy, ScriptedHandler, Seen, hostile_upstream, proxy_for
+from tests.support.hostile import (
+    Hostile,
+    Proxy,
+    ScriptedHandler,
+    Seen,
+    counting_upstream,
+    hostile_upstream,
+    proxy_for,
+)
 from tests.support.processes import VENV_BIN, free_port, running
 
 CLIENT_KEY = "client-secret-for-the-proxy"
@@ -67,17 +75,6 @@ def scripted_for_probes(hostile: Hostile) -> None:
     def show(h: ScriptedHandler, seen: Seen) -> None:
         h.json(200, {"parameters": "", "model_info": {"llama.context_length": 2048}})
 
-    def tokenize(h: ScriptedHandler, seen: Seen) -> None:
-        body = json.loads(seen.body)
-        if "content" not in body:
-            h.json(404, {"error": "messages are not tokenized here"})
-        else:
-            h.json(200, {"tokens": [1] * (len(body["content"]) // 3)})
-
-    def apply_template(h: ScriptedHandler, seen: Seen) -> None:
-        body = json.loads(seen.body)
-        h.json(200, {"prompt": "\n".join(str(m.get("content")) for m in body.get("messages", []))})
-
     def chat(h: ScriptedHandler, seen: Seen) -> None:
         h.json(200, completion("- the summary"))
 
@@ -115,13 +112,12 @@ def scripted_for_probes(hostile: Hostile) -> None:
             "/api/show": show,
             "/api/ps": lambda h, s: h.json(200, {"models": []}),
             "/v1/models": lambda h, s: h.json(200, {"object": "list", "data": []}),
-            "/tokenize": tokenize,
-            "/apply-template": apply_template,
             "/v1/chat/completions": chat,
             "/v1/messages": messages,
             "/api/chat": ollama_chat,
         }
     )
+    counting_upstream(hostile)
 
 
 @pytest.mark.process

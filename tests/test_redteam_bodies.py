@@ -31,7 +31,15 @@ from proxy.counting.cache import LruCache
 from proxy.engine.jsonbody import dump_json, parse_json_object
 from proxy.server.app import create_app
 from tests.support.fakes import completion, make_settings
-from tests.support.hostile import Hostile, Proxy, ScriptedHandler, Seen, hostile_upstream, proxy_for
+from tests.support.hostile import (
+    Hostile,
+    Proxy,
+    ScriptedHandler,
+    Seen,
+    counting_upstream,
+    hostile_upstream,
+    proxy_for,
+)
 
 HEALTH_SLACK_S = 0.050
 
@@ -413,24 +421,6 @@ def test_3_huge_exponents_are_forwarded_as_sent_at_an_ordinary_cost() -> None:
         responsive_during(proxy, send_huge)
         took = min(times)
         assert took <= 3 * control + 0.1, f"{took:.3f} s for huge numbers, {control:.3f} s for ordinary ones"
-
-
-def counting_upstream(hostile: Hostile) -> None:
-    """llama.cpp's `/tokenize` (of a prompt; a chat's messages get 404, as from llama-server) and
-    `/apply-template`, for `COMPACT_TOKENIZER=upstream` (as `tests/test_redteam.py` scripts them)."""
-
-    def tokenize(h: ScriptedHandler, seen: Seen) -> None:
-        body = json.loads(seen.body)
-        if "content" not in body:
-            h.json(404, {"error": "messages are not tokenized here"})
-        else:
-            h.json(200, {"tokens": [1] * (len(body["content"]) // 3)})
-
-    def apply_template(h: ScriptedHandler, seen: Seen) -> None:
-        body = json.loads(seen.body)
-        h.json(200, {"prompt": "\n".join(str(m.get("content")) for m in body.get("messages", []))})
-
-    hostile.routes.update({"/tokenize": tokenize, "/apply-template": apply_template})
 
 
 @pytest.mark.process

@@ -160,3 +160,21 @@ def proxy_for(upstream_url: str, *, access_log: bool = False, **env: str) -> Ite
         args.append("--no-access-log")
     with running(args, ready_url=f"http://127.0.0.1:{port}/healthz", env=environment) as process:
         yield Proxy(process, f"http://127.0.0.1:{port}")
+
+
+def counting_upstream(hostile: Hostile) -> None:
+    """llama.cpp's `/tokenize` (of a prompt; a chat's messages get 404, as from llama-server) and
+    `/apply-template`, for `COMPACT_TOKENIZER=upstream`."""
+
+    def tokenize(h: ScriptedHandler, seen: Seen) -> None:
+        body = json.loads(seen.body)
+        if "content" not in body:
+            h.json(404, {"error": "messages are not tokenized here"})
+        else:
+            h.json(200, {"tokens": [1] * (len(body["content"]) // 3)})
+
+    def apply_template(h: ScriptedHandler, seen: Seen) -> None:
+        body = json.loads(seen.body)
+        h.json(200, {"prompt": "\n".join(str(m.get("content")) for m in body.get("messages", []))})
+
+    hostile.routes.update({"/tokenize": tokenize, "/apply-template": apply_template})
