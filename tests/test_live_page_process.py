@@ -3,33 +3,17 @@ within a second of its answer, and an open stream does not hold the proxy's grac
 
 from __future__ import annotations
 
-import json
 import signal
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.live_page import FORMATS_UPSTREAM, as_chat, coding_loop, requests_of
+from tests.support.live_page import FORMATS_UPSTREAM, as_chat, coding_loop, next_event, requests_of
 from tests.support.processes import VENV_BIN, free_port, running
 from tests.support.upstreams.proxy_server import running_proxy
 
 pytestmark = pytest.mark.process
-
-
-def next_event(lines: Iterator[str]) -> tuple[str, dict[str, Any]]:
-    """The next server-sent event (comments skipped)."""
-    kind, data = "message", ""
-    for line in lines:
-        if line.startswith("event:"):
-            kind = line[6:].strip()
-        elif line.startswith("data:"):
-            data += line[5:].strip()
-        elif not line and data:
-            return kind, json.loads(data)
-    raise AssertionError("the event stream ended")
 
 
 def test_a_record_arrives_within_a_second_and_sigterm_ends_the_stream() -> None:

@@ -25,6 +25,7 @@ from proxy.formats import RouteTable
 from proxy.metrics import Metrics
 from proxy.server.headers import UpstreamHeaders
 from proxy.server.live import Records
+from proxy.server.live.shared import SharedRecords
 from proxy.server.readiness import Readiness
 from proxy.settings import Settings
 from proxy.upstream.forwarding import Upstream, build_timeout
@@ -88,6 +89,8 @@ class Parts:
         if summarizer is not None:
             metrics.watch_table_bytes("summaries", lambda: summarizer.cache.local.bytes)
         records = Records(settings, planner.counter_for)
+        if shared and records.enabled:
+            SharedRecords(shared, records)  # every replica's page shows every replica's traffic
         metrics.watch_table("ui_records", functools.partial(len, records))
         return cls(
             settings=settings,

@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -53,6 +53,11 @@ def _key_from_json(text: str) -> Hashable:
     return result
 
 
+class Companion(Protocol):
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+
+
 class SharedState:
     """The link between this replica's learned tables and Redis: write-behind and pub/sub."""
 
@@ -68,6 +73,11 @@ class SharedState:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._down = False
+        self._companions: list[Companion] = []
+
+    def attach(self, companion: Companion) -> None:
+        """Start and close `companion` (another user of this link, like the live page's) with it."""
+        self._companions.append(companion)
 
     def register(self, name: str, receive: Callable[[Hashable, Json], None]) -> None:
         """`receive(key, value)` is called with what other replicas publish in table `name`."""
@@ -83,8 +93,12 @@ class SharedState:
         if self._pending:
             self._wake.set()
         self._tasks = [asyncio.create_task(self._write()), asyncio.create_task(self._read())]
+        for companion in self._companions:
+            await companion.start()
 
     async def close(self) -> None:
+        for companion in self._companions:
+            await companion.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -95,7 +109,8 @@ class SharedState:
         with contextlib.suppress(Exception):
             await self.redis.aclose()
 
-    def _failed(self, exc: Exception) -> None:
+    def failed(self, exc: Exception) -> None:
+        """Redis failed: warn once per outage."""
         if not self._down:
             self._down = True
             log.warning(
@@ -104,7 +119,7 @@ class SharedState:
                 exc,
             )
 
-    def _ok(self) -> None:
+    def recovered(self) -> None:
         if self._down:
             self._down = False
             log.warning("shared state (redis) is back")
@@ -133,9 +148,9 @@ class SharedState:
             self._wake.clear()
             try:
                 await self._flush()
-                self._ok()
+                self.recovered()
             except Exception as exc:
-                self._failed(exc)
+                self.failed(exc)
                 await asyncio.sleep(RETRY)
                 self._wake.set()
 
@@ -157,7 +172,7 @@ class SharedState:
             try:
                 await pubsub.subscribe(CHANNEL)
                 await self._reload()
-                self._ok()
+                self.recovered()
                 reloaded = time.monotonic()
                 while True:
                     message = await pubsub.get_message(timeout=1.0)
@@ -169,7 +184,7 @@ class SharedState:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._failed(exc)
+                self.failed(exc)
                 await asyncio.sleep(RETRY)
             finally:
                 with contextlib.suppress(Exception):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,16 @@ def as_messages(model: str, messages: list[Message]) -> dict[str, Any]:
     ]
     system = [{"type": "text", "text": messages[0]["content"]}]
     return {"model": model, "system": system, "messages": out, "tools": tools, "max_tokens": 2048}
+
+
+def next_event(lines: Iterator[str]) -> tuple[str, dict[str, Any]]:
+    """The next server-sent event (comments skipped)."""
+    kind, data = "message", ""
+    for line in lines:
+        if line.startswith("event:"):
+            kind = line[6:].strip()
+        elif line.startswith("data:"):
+            data += line[5:].strip()
+        elif not line and data:
+            return kind, json.loads(data)
+    raise AssertionError("the event stream ended")

@@ -57,6 +57,8 @@ class Record:
     truncation: dict[str, int] | None = None  # the upstream cut the prompt silently
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
+    origin: str = ""  # the replica that served it, when another one did (`shared.py`)
+    origin_seq: int = 0  # its number there
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -6,6 +6,9 @@ overflow and when it has answered. The store keeps the last `ui_conversations` c
 with its last `ui_requests` records, and the proxy's totals since start (SENT). When a page is
 watching, each change is published to it as an event, and the well of the request (its blocks,
 `well.py`) is built in a task after the request; nobody watching, nothing more is done.
+
+With `COMPACT_CACHE_URL` set, a `RecordLink` (`shared.py`) sends each change to the other replicas,
+and it adds theirs here, so every replica's page shows every replica's traffic.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.chat import ChatPlan
@@ -36,6 +39,14 @@ EVENT_QUEUE = 256  # events a slow page may fall behind by before it is dropped 
 OFFLOAD_MESSAGES = 400  # a well of more messages is built in a worker thread
 
 
+class RecordLink(Protocol):
+    """Where the store sends its changes for the other replicas, and whether a page watches on any."""
+
+    watching: bool
+
+    def send(self, event: dict[str, Any]) -> None: ...
+
+
 class Records:
     """The bounded store of records, and the pages watching it."""
 
@@ -52,6 +63,12 @@ class Records:
         self.watchers: set[asyncio.Queue[tuple[str, dict[str, Any]]]] = set()
         self._seq = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self.link: RecordLink | None = None  # the other replicas, when they share the page
+
+    @property
+    def watched(self) -> bool:
+        """A page watches, here or on another replica: wells are worth drawing."""
+        return bool(self.watchers) or (self.link is not None and self.link.watching)
 
     def __len__(self) -> int:
         return sum(len(c.records) for c in self.conversations.values())
@@ -76,12 +93,12 @@ class Records:
         else:
             self.conversations.move_to_end(key)
             log.format, log.model = fmt, plan.model or log.model
-        self._seq += 1
+        seq = self.next_seq()
         result = plan.result
         decided = Decided.of(result, len(request.get("messages") or ()))
         struck, prefix = first_change(log.decided, decided)
         record = Record(
-            seq=self._seq,
+            seq=seq,
             at=time.time(),
             key=key,
             format=fmt,
@@ -108,9 +125,9 @@ class Records:
         )
         log.previous, log.decided = log.decided, decided
         log.records.append(record)
-        self._count(log, record, +1, request=True)
-        if self.watchers:
-            self._publish_record(log, record)
+        self.tally(log, record, +1, request=True)
+        self._changed(log, record)
+        if self.watched:
             self._build_well(log, record, conversation, plan)
         return record
 
@@ -121,7 +138,7 @@ class Records:
         log = self.conversations.get(record.key) if record else None
         if record is None or log is None:
             return
-        self._count(log, record, -1)
+        self.tally(log, record, -1)
         result = plan.result
         record.retried = str(overflow)
         record.after, record.line, record.window = result.tokens_after, plan.budget.limit, plan.window.window
@@ -134,11 +151,10 @@ class Records:
         latest = bool(log.records) and log.records[-1] is record
         if latest:
             log.decided = Decided.of(result, record.messages)
-        self._count(log, record, +1)
-        if self.watchers:
-            self._publish_record(log, record)
-            if latest:
-                self._build_well(log, record, conversation, plan)
+        self.tally(log, record, +1)
+        self._changed(log, record)
+        if latest and self.watched:
+            self._build_well(log, record, conversation, plan)
 
     def answered(
         self, record: Record | None, reported: int | None, tail: bytes, truncation: Truncation | None = None
@@ -147,21 +163,21 @@ class Records:
         log = self.conversations.get(record.key) if record else None
         if record is None or log is None or record.prompt_tokens is not None:
             return
-        cached = cached_tokens(tail)
-        record.prompt_tokens, record.cached_tokens = reported, cached
+        self.tally(log, record, -1)
+        record.prompt_tokens, record.cached_tokens = reported, cached_tokens(tail)
         if truncation is not None:
             record.truncation = {
                 "sent": truncation.sent,
                 "read": truncation.read,
                 "window": truncation.window,
             }
-        if reported is not None:
-            for totals in (self.totals, log.totals):
-                totals.reported += reported
-                totals.cached += cached or 0
-                totals.answers += 1
-        if self.watchers:
-            self._publish_record(log, record)
+        self.tally(log, record, +1)
+        self._changed(log, record)
+
+    def next_seq(self) -> int:
+        """The next request's number on this replica's page."""
+        self._seq += 1
+        return self._seq
 
     # ------------------------------------------------------------------ what the page reads
 
@@ -190,7 +206,7 @@ class Records:
 
     # ------------------------------------------------------------------ inside
 
-    def _count(self, log: ConversationLog, record: Record, sign: int, *, request: bool = False) -> None:
+    def tally(self, log: ConversationLog, record: Record, sign: int, *, request: bool = False) -> None:
         """Add (`sign` 1) or take back (-1) a record's figures; `request`: count it as a request."""
         for totals in (self.totals, log.totals):
             if request:
@@ -199,11 +215,30 @@ class Records:
             totals.sent += sign * record.before
             totals.forwarded += sign * record.after
             totals.saved += sign * (record.before - record.after)
+            if record.prompt_tokens is not None:
+                totals.reported += sign * record.prompt_tokens
+                totals.cached += sign * (record.cached_tokens or 0)
+                totals.answers += sign
+
+    def _changed(self, log: ConversationLog, record: Record) -> None:
+        """Show a new or changed record to the pages watching, and send it to the other replicas."""
+        if self.watchers:
+            self.show(log, record)
+        if self.link is not None and not record.origin:
+            decided = log.decided or Decided(record.messages)
+            self.link.send(
+                {
+                    "event": "record",
+                    "conversation": {"source": log.source, "first_at": log.first_at, "preview": log.preview},
+                    "record": record.to_json(),
+                    "decided": [decided.messages, decided.truncated, decided.capped, decided.dropped],
+                }
+            )
 
     def _preview(self, request: dict[str, Any]) -> str | None:
         return first_user_text(request) if self.content else None
 
-    def _publish(self, kind: str, data: dict[str, Any]) -> None:
+    def publish(self, kind: str, data: dict[str, Any]) -> None:
         for queue in list(self.watchers):
             try:
                 queue.put_nowait((kind, data))
@@ -213,8 +248,8 @@ class Records:
                     queue.get_nowait()
                     queue.put_nowait(("close", {}))
 
-    def _publish_record(self, log: ConversationLog, record: Record) -> None:
-        self._publish(
+    def show(self, log: ConversationLog, record: Record) -> None:
+        self.publish(
             "record",
             {"conversation": log.summary(), "record": record.to_json(), "totals": asdict(self.totals)},
         )
@@ -241,7 +276,9 @@ class Records:
             well["seq"], well["key"] = record.seq, record.key
             if log.records and log.records[-1] is record:
                 log.well = well
-            self._publish("well", well)
+            self.publish("well", well)
+            if self.link is not None:
+                self.link.send({"event": "well", "well": well})
 
         task = asyncio.get_running_loop().create_task(build())
         self._tasks.add(task)
