@@ -6,8 +6,10 @@ later, or reconnects after an outage, replays what it missed. What arrives is ad
 store under a local number (`take`). A page watching on any replica keeps a short-lived flag
 in Redis; while it is up, every replica draws the wells of its own requests and sends them too.
 
-The request path only appends to a bounded queue; a background task sends. Redis down: each page
-shows its own replica's traffic (one warning, the shared state's), and catches up once it is back.
+The request path only queues the change (the latest per record); a background task sends what
+queued up, at most every `FLUSH_EVERY` seconds, as one message, so the cost per request stays small
+under load on the sender and on each replica that receives. Redis down: each page shows its own
+replica's traffic (one warning, the shared state's), and catches up once it is back.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Hashable
 from typing import Any
 
 import orjson
@@ -30,7 +33,8 @@ log = logging.getLogger("proxy.shared")
 CHANNEL = PREFIX + "ui"
 BACKLOG = PREFIX + "ui:log"  # the last messages, newest first
 WATCHING = PREFIX + "ui:watching"
-OUTBOX = 2048  # messages kept while Redis is away (the oldest go first)
+OUTBOX = 2048  # changes kept while Redis is away (the oldest go first)
+FLUSH_EVERY = 0.1  # seconds between sends: what queued meanwhile goes as one message
 WATCH_TTL = 5  # seconds the watching flag outlives the last page that raised it
 WATCH_EVERY = 1.0  # seconds between looks at the flag (one EXISTS: cheap)
 
@@ -42,7 +46,8 @@ class SharedRecords:
         self.state, self.records = state, records
         self.backlog = min(records.max_conversations * records.max_requests, 10_000)
         self.watching = False  # a page watches on another replica
-        self._outbox: deque[bytes] = deque(maxlen=OUTBOX)
+        self._outbox: dict[Hashable, bytes] = {}  # the latest change per record (or well)
+        self._prefix = self.state.origin.encode() + b" "  # each message and backlog entry starts so
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         records.link = self
@@ -50,7 +55,12 @@ class SharedRecords:
 
     def send(self, event: dict[str, Any]) -> None:
         """Queue one change for the others (no I/O here)."""
-        self._outbox.append(orjson.dumps({"origin": self.state.origin, **event}))
+        kind = event["event"]
+        key = (kind, event["well"]["seq"] if kind == "well" else event["record"]["seq"])
+        self._outbox.pop(key, None)
+        self._outbox[key] = orjson.dumps(event)
+        if len(self._outbox) > OUTBOX:
+            del self._outbox[next(iter(self._outbox))]
         self._wake.set()
 
     async def start(self) -> None:
@@ -69,20 +79,22 @@ class SharedRecords:
             await self._flush()
 
     async def _flush(self) -> None:
-        sending = list(self._outbox)
-        self._outbox.clear()
+        sending, self._outbox = self._outbox, {}
         if not sending:
             return
         try:
+            events = list(sending.values())
             pipe = self.state.redis.pipeline(transaction=False)
-            for message in sending:
-                pipe.publish(CHANNEL, message)
-                pipe.lpush(BACKLOG, message)
+            pipe.publish(CHANNEL, self._prefix + b"[" + b",".join(events) + b"]")
+            pipe.lpush(BACKLOG, *(self._prefix + event for event in events))
             pipe.ltrim(BACKLOG, 0, self.backlog - 1)
             pipe.expire(BACKLOG, self.state.ttl)
             await pipe.execute()
         except Exception:
-            self._outbox.extendleft(reversed(sending[-(OUTBOX - len(self._outbox)) :]))
+            for key, event in sending.items():  # what was not sent, unless newer news came
+                self._outbox.setdefault(key, event)
+            while len(self._outbox) > OUTBOX:
+                del self._outbox[next(iter(self._outbox))]
             raise
 
     async def _write(self) -> None:
@@ -91,6 +103,7 @@ class SharedRecords:
             self._wake.clear()
             try:
                 await self._flush()
+                await asyncio.sleep(FLUSH_EVERY)
             except Exception as exc:
                 self.state.failed(exc)
                 await asyncio.sleep(RETRY)
@@ -101,8 +114,8 @@ class SharedRecords:
             pubsub = self.state.redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(CHANNEL)
-                for message in reversed(await self.state.redis.lrange(BACKLOG, 0, -1)):
-                    self._take(message)  # what was missed, oldest first (known records are updated)
+                for entry in reversed(await self.state.redis.lrange(BACKLOG, 0, -1)):
+                    self._take(entry, single=True)  # what was missed, oldest first (known ones updated)
                 while True:
                     message = await pubsub.get_message(timeout=1.0)
                     if message is not None:
@@ -129,11 +142,14 @@ class SharedRecords:
                 self.watching = False  # the reader and writer warn; wells are drawn for local pages
             await asyncio.sleep(WATCH_EVERY)
 
-    def _take(self, data: Any) -> None:
+    def _take(self, data: Any, *, single: bool = False) -> None:
+        """Apply a message (a list of changes) or a backlog entry (one), unless this replica sent it."""
         try:
-            event = orjson.loads(data)
-            if event["origin"] != self.state.origin:
-                take(self.records, event)
+            if data.startswith(self._prefix):
+                return
+            origin, _, body = data.partition(b" ")
+            for event in [orjson.loads(body)] if single else orjson.loads(body):
+                take(self.records, {**event, "origin": origin.decode()})
         except Exception as exc:  # another version's or a broken message: left out
             log.debug("ignored a shared record: %s", exc)
 
