@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from proxy.counting.by_model import tokenizer_for_model
 from proxy.counting.cache import LruCache
+from proxy.counting.modes import Counting
 from proxy.counting.tokens import MemoTextCounter, TextCounter, count_chars4
 from proxy.settings import ModelWindow, Settings
 
@@ -22,9 +23,9 @@ from proxy.settings import ModelWindow, Settings
 def text_counter(spec: str) -> TextCounter:
     """The text counter a `COMPACT_TOKENIZER` value names (`upstream` estimates; see `Planner`),
     one per process, remembering the texts it counted."""
-    if spec == "chars4":
+    if spec == Counting.CHARS4:
         return count_chars4
-    if spec in ("estimate", "upstream"):
+    if spec in (Counting.ESTIMATE, Counting.UPSTREAM):
         from proxy.counting.estimator import estimate_text_tokens
 
         return MemoTextCounter(estimate_text_tokens)
@@ -76,7 +77,7 @@ class ModelTokenizers:
     async def window(self, window: ModelWindow, model: str) -> ModelWindow:
         """`window` counting with the tokenizer `model`'s name says, where it counts with the
         default estimate."""
-        if window.tokenizer != "estimate" or not self.enabled:
+        if window.tokenizer != Counting.ESTIMATE or not self.enabled:
             return window
         spec = tokenizer_for_model(model)
         if spec is None:
