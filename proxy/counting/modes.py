@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["Counting", "estimated"]
+__all__ = ["HEAVIEST_OF", "Counting", "estimated"]
 
 
 class Counting(StrEnum):
@@ -18,6 +18,14 @@ class Counting(StrEnum):
     ESTIMATE = "estimate"  # the calibrated estimate, judged with its margin (`proxy.counting.margin`)
     CHARS4 = "chars4"  # the pattern's four characters a token
     UPSTREAM = "upstream"  # the estimate, counted again by the upstream's `/tokenize` near the line
+    # Exact: the most any of the vocabularies the estimate's margin is fitted on spends on each text
+    # (`HEAVIEST_OF`, all installed: the `tokenizers` extra). What the margin bounds, counted.
+    HEAVIEST = "heaviest"
+
+
+# The vocabularies `proxy.counting.margin`'s upper count is fitted to cover (an unnamed model may
+# use any of them).
+HEAVIEST_OF = ("cl100k_base", "o200k_base", "qwen2.5", "llama3")
 
 
 def estimated(spec: str) -> bool:

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from proxy.counting.by_model import tokenizer_for_model
 from proxy.counting.cache import LruCache
-from proxy.counting.modes import Counting
+from proxy.counting.modes import HEAVIEST_OF, Counting
 from proxy.counting.tokens import MemoTextCounter, TextCounter, count_chars4
 from proxy.settings import ModelWindow, Settings
 
@@ -31,6 +31,9 @@ def text_counter(spec: str) -> TextCounter:
         return MemoTextCounter(estimate_text_tokens)
     from proxy.counting.tokenizers import load_text_counter
 
+    if spec == Counting.HEAVIEST:
+        counters = tuple(load_text_counter(each) for each in HEAVIEST_OF)
+        return MemoTextCounter(lambda text: max(count(text) for count in counters))
     return MemoTextCounter(load_text_counter(spec))
 
 
@@ -66,6 +69,7 @@ class LockedMemo:
     def bytes(self) -> int:
         return self.memo.bytes
 
+
 class ModelTokenizers:
     """The bundled tokenizer a model's name says it uses (`COMPACT_TOKENIZER_BY_MODEL`), where it
     is installed: each loaded once, in a worker thread (a vocabulary takes 0.1-1 s to read)."""
@@ -82,6 +86,10 @@ class ModelTokenizers:
         spec = tokenizer_for_model(model)
         if spec is None:
             return window
+        return replace(window, tokenizer=spec) if await self.loadable(spec) else window
+
+    async def loadable(self, spec: str) -> bool:
+        """Whether the counter `spec` names is installed (loaded the first time it is asked)."""
         if (loadable := self._loadable.get(spec)) is None:
             try:
                 await asyncio.to_thread(text_counter, spec)
@@ -89,4 +97,4 @@ class ModelTokenizers:
             except (RuntimeError, ValueError):
                 loadable = False
             self._loadable[spec] = loadable
-        return replace(window, tokenizer=spec) if loadable else window
+        return loadable
