@@ -111,6 +111,10 @@ class Settings(BaseSettings):
     models: dict[str, ModelOverride] = Field(default_factory=dict)
     model_windows: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
     overflow: Literal["forward", "reject"] = "forward"
+    # Whether the upstream answers a prompt over its window with an error, never cutting it silently:
+    # what only the pessimistic count puts over the window then goes for its verdict. `auto`: the
+    # APIs of OpenAI (and Azure OpenAI) and Anthropic.
+    upstream_rejects_overflow: bool | Literal["auto"] = "auto"
     remote_compaction: Literal["auto", "proxy", "upstream"] = "auto"
     compaction_key: SecretStr | None = None
 

@@ -10,6 +10,7 @@ The ruler, as in `benchmarks/bench_margin.py`: the heaviest real count, the temp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -93,11 +94,29 @@ async def test_a_model_the_upstream_reports_heavier_than_the_four_is_judged_by_i
     assert plan.result.over_window
 
 
+async def test_to_an_upstream_that_refuses_overflows_what_the_margin_alone_puts_over_goes_for_its_verdict() -> (
+    None
+):
+    """Anthropic's API (`COMPACT_UPSTREAM_REJECTS_OVERFLOW=auto`): a Chinese paste 10% over the window
+    by cl100k, which a lighter vocabulary (Qwen's: 0.6 of it) fits, is forwarded for the server to
+    count; one the plain estimate puts over the window is refused here; set to false, the proxy
+    refuses the first too (over the window by the heaviest of the four)."""
+    settings = {"window": WINDOW, "upstream_url": "https://api.anthropic.com", "upstream_kind": "anthropic"}
+    rejecting = Planner(Settings(_env_file=None, **settings))  # type: ignore[arg-type]
+    plan = await rejecting.plan({"model": "claude-sonnet-4-5", "messages": paste("Chinese", 1.1)})
+    assert not plan.result.over_window and plan.counted_by == Counting.ESTIMATE
+    assert (await rejecting.plan({"model": "m", "messages": paste("Chinese", 1.6)})).result.over_window
+    cutting = Planner(Settings(_env_file=None, upstream_rejects_overflow=False, **settings))  # type: ignore[arg-type]
+    assert (await cutting.plan({"model": "m", "messages": paste("Chinese", 1.1)})).result.over_window
+
+
 class _OpenAI(BaseHTTPRequestHandler):
-    """api.openai.com as the proxy sees it: no `/tokenize` (404), chat completions answered; every
-    chat body recorded."""
+    """api.openai.com as the proxy sees it (its documented overflow error): no `/tokenize` (404); a
+    chat whose prompt, counted with `count`, is over `WINDOW` refused with 400
+    `context_length_exceeded`, else answered; every chat body recorded."""
 
     bodies: ClassVar[list[dict[str, Any]]] = []
+    count: ClassVar[Callable[[str], int]] = len
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
@@ -105,8 +124,20 @@ class _OpenAI(BaseHTTPRequestHandler):
             self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
         type(self).bodies.append(body)
+        count = type(self).count
+        prompt = (
+            sum(count(text_of(m.get("content"))) + MESSAGE_OVERHEAD for m in body["messages"]) + REPLY_PRIMER
+        )
+        if prompt > WINDOW:
+            message = (
+                f"This model's maximum context length is {WINDOW} tokens. However, your messages resulted in "
+                f"{prompt} tokens. Please reduce the length of the messages."
+            )
+            error = {"message": message, "type": "invalid_request_error", "param": "messages"}
+            self._send(400, {"error": {**error, "code": "context_length_exceeded"}})
+            return
         message = {"role": "assistant", "content": "ok"}
-        usage = {"prompt_tokens": real_size(body["messages"]), "completion_tokens": 1, "total_tokens": 0}
+        usage = {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1}
         self._send(
             200,
             {
@@ -134,9 +165,10 @@ class _OpenAI(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def proxy_and_upstream() -> Iterator[tuple[str, type[_OpenAI]]]:
-    handler = type("OpenAI", (_OpenAI,), {"bodies": []})
+@contextlib.contextmanager
+def proxy_and_upstream(counter: str, **env: str) -> Iterator[tuple[str, type[_OpenAI]]]:
+    """The real `compacting-proxy` in front of `_OpenAI` counting with the tokenizer `counter`."""
+    handler = type("OpenAI", (_OpenAI,), {"bodies": [], "count": staticmethod(load_text_counter(counter))})
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = free_port()
@@ -144,6 +176,7 @@ def proxy_and_upstream() -> Iterator[tuple[str, type[_OpenAI]]]:
         "COMPACT_UPSTREAM_URL": f"http://127.0.0.1:{server.server_port}/v1",
         "COMPACT_WINDOW": str(WINDOW),
         "COMPACT_UPSTREAM_KIND": "openai",
+        **env,
     }
     args = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--no-access-log"]
     try:
@@ -154,16 +187,38 @@ def proxy_and_upstream() -> Iterator[tuple[str, type[_OpenAI]]]:
         server.server_close()
 
 
+def chat(base: str, messages: list[dict[str, Any]]) -> httpx.Response:
+    return httpx.post(f"{base}/v1/chat/completions", json={"model": "m", "messages": messages}, timeout=60)
+
+
 @pytest.mark.process
-def test_the_real_process_forwards_a_japanese_paste_that_fits_and_refuses_one_that_does_not(
-    proxy_and_upstream: tuple[str, type[_OpenAI]],
-) -> None:
-    base, upstream = proxy_and_upstream
+def test_the_real_process_forwards_a_japanese_paste_that_fits_and_refuses_one_that_does_not() -> None:
+    """A local server without `/tokenize` (not known to refuse overflows): counted with the four."""
     fits, over = paste("Japanese", 0.85), paste("Japanese", 1.05)
-    answer = httpx.post(f"{base}/v1/chat/completions", json={"model": "m", "messages": fits}, timeout=60)
-    assert answer.status_code == 200, answer.text
-    assert [body["messages"] for body in upstream.bodies] == [fits], "forwarded as it came"
-    refused = httpx.post(f"{base}/v1/chat/completions", json={"model": "m", "messages": over}, timeout=60)
-    assert refused.status_code == 400
-    assert refused.json()["error"]["code"] == "context_length_exceeded"
-    assert len(upstream.bodies) == 1
+    with proxy_and_upstream("cl100k_base") as (base, upstream):
+        answer = chat(base, fits)
+        assert answer.status_code == 200, answer.text
+        assert [body["messages"] for body in upstream.bodies] == [fits], "forwarded as it came"
+        refused = chat(base, over)
+        assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == "context_length_exceeded"
+        assert len(upstream.bodies) == 1, "refused by the proxy, not sent"
+
+
+@pytest.mark.process
+def test_the_real_process_lets_an_upstream_that_refuses_overflows_judge_the_uncertain_ones() -> None:
+    """`COMPACT_UPSTREAM_REJECTS_OVERFLOW=true`: a Chinese paste 10% over the window by cl100k reaches
+    a Qwen model (0.6 of that) and is answered; a Japanese one the same size reaches a cl100k model,
+    which refuses it, and its refusal reaches the client as OpenAI worded it."""
+    chinese, japanese = paste("Chinese", 1.1), paste("Japanese", 1.1)
+    env = {"COMPACT_UPSTREAM_REJECTS_OVERFLOW": "true"}
+    with proxy_and_upstream("qwen2.5", **env) as (base, upstream):
+        answer = chat(base, chinese)
+        assert answer.status_code == 200, answer.text
+        assert [body["messages"] for body in upstream.bodies] == [chinese]
+    with proxy_and_upstream("cl100k_base", **env) as (base, upstream):
+        refused = chat(base, japanese)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "context_length_exceeded" and "resulted in" in error["message"]
+        assert upstream.bodies and all(body["messages"] == japanese for body in upstream.bodies)

@@ -17,6 +17,7 @@ the retry after an overflow (`harder`), and what the answer reports (`read_repor
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -54,6 +55,18 @@ EXACT_OFFLOAD_CHARS = 25_000
 # An exact count of the text still estimates the chat template around it (a token or two more a
 # message than `MESSAGE_OVERHEAD` in Qwen's, a preamble for the tools): judged with this margin.
 TEMPLATE_MARGIN = 0.02
+# Upstreams known to answer a prompt over the window with an error (OpenAI's `context_length_exceeded`,
+# Anthropic's "prompt is too long"), never cutting it: `COMPACT_UPSTREAM_REJECTS_OVERFLOW=auto`.
+REJECTING_HOSTS = ("api.openai.com", "api.anthropic.com")
+REJECTING_DOMAINS = (".openai.azure.com",)
+
+
+def rejects_overflow(settings: Settings) -> bool:
+    """Whether the upstream refuses a prompt over its window with an error (`upstream_rejects_overflow`)."""
+    if settings.upstream_rejects_overflow != "auto":
+        return settings.upstream_rejects_overflow
+    host = (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower()
+    return host in REJECTING_HOSTS or host.endswith(REJECTING_DOMAINS)
 
 
 def _chars(messages: list[dict[str, Any]]) -> int:
@@ -83,6 +96,7 @@ class Planner:
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
         self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE, settings.memo_bytes))
         self.by_model = ModelTokenizers(settings.tokenizer_by_model)
+        self.upstream_rejects_overflow = rejects_overflow(settings)
         self._no_exact_until = 0.0
         self.offloader = Offloader()
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
@@ -167,8 +181,10 @@ class Planner:
         """An estimate that says "over the window" (counted pessimistically: with its margin) is
         counted exactly before the request is refused: with the upstream's own count where it has
         one (vLLM's and llama.cpp's `/tokenize`). Where it has none, it is compacted to fit by the
-        pessimistic count, else counted with what that count bounds (`_by_heaviest`), else refused:
-        forwarding what the pessimistic count puts over the window is what the margin prevents."""
+        pessimistic count; else, to an upstream that refuses an overflow itself, sent for its verdict
+        (`_for_the_upstream`); else counted with what the pessimistic count bounds (`_by_heaviest`);
+        else refused: forwarding what it puts over the window to a server that may cut the prompt
+        silently is what the margin is there to prevent."""
         exact = await self._upstream_count(draft.body, headers)
         if not exact:
             # Compacted as far as it takes to fit the window by the pessimistic count (the line
@@ -178,6 +194,8 @@ class Planner:
             fitted = await self._planned(replace(draft, window=relaxed), plan.factor, None)
             if not fitted.result.over_window:
                 return replace(fitted, window=window)
+            if self.upstream_rejects_overflow:
+                return await self._for_the_upstream(draft, plan) or plan
             return await self._by_heaviest(draft, plan) or plan
         lenient = await self._planned(draft, plan.factor / (1 + plan.margin))
         raw = plan.result.tokens_before / plan.factor
@@ -189,6 +207,15 @@ class Planner:
             # what compaction makes of it is counted exactly before the request is refused.
             return await self._fitted_exactly(draft, lenient, headers) or counted
         return counted
+
+    async def _for_the_upstream(self, draft: Draft, plan: ChatPlan) -> ChatPlan | None:
+        """For an upstream that refuses an overflow with an error: the plan by the plain (calibrated)
+        estimate, without its margin, when that fits the window (None when not: refused here). The
+        model's vocabulary is unknown and may be lighter for the text than any the margin covers
+        (Qwen's on Chinese); the server counts it exactly, and its error, where it sends one, is
+        retried compacted for its count or passed on to the client as it came."""
+        plain = await self._planned(draft, plan.factor)
+        return None if plain.result.over_window else plain
 
     async def _by_heaviest(self, draft: Draft, plan: ChatPlan) -> ChatPlan | None:
         """`plan` counted again with the heaviest of the vocabularies the margin is fitted on, where
