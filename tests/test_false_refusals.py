@@ -94,20 +94,24 @@ async def test_a_model_the_upstream_reports_heavier_than_the_four_is_judged_by_i
     assert plan.result.over_window
 
 
-async def test_to_an_upstream_that_refuses_overflows_what_the_margin_alone_puts_over_goes_for_its_verdict() -> (
+async def test_to_an_upstream_that_refuses_overflows_what_no_exact_count_puts_over_goes_for_its_verdict() -> (
     None
 ):
     """Anthropic's API (`COMPACT_UPSTREAM_REJECTS_OVERFLOW=auto`): a Chinese paste 10% over the window
     by cl100k, which a lighter vocabulary (Qwen's: 0.6 of it) fits, is forwarded for the server to
-    count; one the plain estimate puts over the window is refused here; set to false, the proxy
-    refuses the first too (over the window by the heaviest of the four)."""
+    count, and so is one the plain estimate puts over the window too (as it came: only the server can
+    say); set to false, the proxy refuses the first (over the window by the heaviest of the four)."""
     settings = {"window": WINDOW, "upstream_url": "https://api.anthropic.com", "upstream_kind": "anthropic"}
     rejecting = Planner(Settings(_env_file=None, **settings))  # type: ignore[arg-type]
-    plan = await rejecting.plan({"model": "claude-sonnet-4-5", "messages": paste("Chinese", 1.1)})
+    over = paste("Chinese", 1.1)
+    plan = await rejecting.plan({"model": "claude-sonnet-4-5", "messages": over})
     assert not plan.result.over_window and plan.counted_by == Counting.ESTIMATE
-    assert (await rejecting.plan({"model": "m", "messages": paste("Chinese", 1.6)})).result.over_window
+    assert plan.result.messages == over
+    far = paste("Chinese", 1.6)
+    plan = await rejecting.plan({"model": "m", "messages": far})
+    assert not plan.result.over_window and plan.result.overflow and plan.result.messages == far
     cutting = Planner(Settings(_env_file=None, upstream_rejects_overflow=False, **settings))  # type: ignore[arg-type]
-    assert (await cutting.plan({"model": "m", "messages": paste("Chinese", 1.1)})).result.over_window
+    assert (await cutting.plan({"model": "m", "messages": over})).result.over_window
 
 
 class _OpenAI(BaseHTTPRequestHandler):

@@ -182,7 +182,7 @@ class Planner:
         counted exactly before the request is refused: with the upstream's own count where it has
         one (vLLM's and llama.cpp's `/tokenize`). Where it has none, it is compacted to fit by the
         pessimistic count; else, to an upstream that refuses an overflow itself, sent for its verdict
-        (`_for_the_upstream`); else counted with what the pessimistic count bounds (`_by_heaviest`);
+        (`_for_the_upstream`: only an exact count refuses here); else counted with what the pessimistic count bounds (`_by_heaviest`);
         else refused: forwarding what it puts over the window to a server that may cut the prompt
         silently is what the margin is there to prevent."""
         exact = await self._upstream_count(draft.body, headers)
@@ -195,7 +195,7 @@ class Planner:
             if not fitted.result.over_window:
                 return replace(fitted, window=window)
             if self.upstream_rejects_overflow:
-                return await self._for_the_upstream(draft, plan) or plan
+                return await self._for_the_upstream(draft, plan)
             return await self._by_heaviest(draft, plan) or plan
         lenient = await self._planned(draft, plan.factor / (1 + plan.margin))
         raw = plan.result.tokens_before / plan.factor
@@ -208,14 +208,17 @@ class Planner:
             return await self._fitted_exactly(draft, lenient, headers) or counted
         return counted
 
-    async def _for_the_upstream(self, draft: Draft, plan: ChatPlan) -> ChatPlan | None:
+    async def _for_the_upstream(self, draft: Draft, plan: ChatPlan) -> ChatPlan:
         """For an upstream that refuses an overflow with an error: the plan by the plain (calibrated)
-        estimate, without its margin, when that fits the window (None when not: refused here). The
-        model's vocabulary is unknown and may be lighter for the text than any the margin covers
-        (Qwen's on Chinese); the server counts it exactly, and its error, where it sends one, is
-        retried compacted for its count or passed on to the client as it came."""
+        estimate, without its margin, sent for the server's verdict even where that estimate is over
+        the window too (then as it came). The model's vocabulary is unknown and may be lighter for the
+        text than the estimate assumes (Qwen's on Chinese: 0.6 of cl100k's); only an exact count
+        refuses here. The server's error, where it sends one, is retried compacted for the count it
+        gives, or reaches the client as it came: a round trip spent, never a prompt cut."""
         plain = await self._planned(draft, plan.factor)
-        return None if plain.result.over_window else plain
+        if not plain.result.over_window:
+            return plain
+        return replace(plain, result=replace(plain.result, over_window=False, oversized=None))
 
     async def _by_heaviest(self, draft: Draft, plan: ChatPlan) -> ChatPlan | None:
         """`plan` counted again with the heaviest of the vocabularies the margin is fitted on, where
