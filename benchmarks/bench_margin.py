@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot load the real tokenizers: {exc}", file=sys.stderr)
         return 2
     print(
-        f"`{COMMAND}`: window {WINDOW:,}, sizes {fractions[0]:.0%}-{fractions[-1]:.0%} of it by the real count.\n"
+        f"`{COMMAND}{' --rejecting' if args.rejecting else ''}`: window {WINDOW:,}, sizes {fractions[0]:.0%}-{fractions[-1]:.0%} of it by the real count.\n"
     )
     print("\n".join(rows))
     if not args.rejecting:

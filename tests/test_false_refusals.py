@@ -82,6 +82,15 @@ async def test_what_the_heaviest_vocabulary_puts_over_the_window_is_still_refuse
     assert plan.result.over_window
 
 
+async def test_the_heaviest_count_is_a_setting_of_its_own() -> None:
+    """`COMPACT_TOKENIZER=heaviest`: every request near the line counted that way, not only those
+    the margin puts over the window."""
+    settings = Settings(_env_file=None, window=WINDOW, tokenizer="heaviest", upstream_kind="openai")  # type: ignore[call-arg]
+    messages = paste("Chinese", 0.85)
+    plan = await Planner(settings).plan({"model": "m", "messages": messages})
+    assert plan.counted_by == Counting.HEAVIEST and plan.result.tokens_before == real_size(messages)
+
+
 async def test_a_model_the_upstream_reports_heavier_than_the_four_is_judged_by_its_reports() -> None:
     """The upstream said this model spends twice the estimate (a vocabulary heavier than all four,
     as Llama 2's on Chinese): a paste that fits the four by 15% is over the window for it: refused."""
