@@ -1,7 +1,7 @@
 """Never over the window with the default count: requests over the window by the real tokenizer, and
 false refusals, on the kinds of text the estimate undercounts most.
 
-``python -m benchmarks.bench_margin [--quick]`` plans requests with the proxy's own `Planner` (no
+``python -m benchmarks.bench_margin [--quick] [--rejecting]`` plans requests with the proxy's own `Planner` (no
 server: the plan is what would be forwarded or refused) at an 8,192-token window: a pasted text of
 each kind (Chinese, Japanese, code, JSON, parse trees, base64; ``tests/support/kinds.py``) sized from
 50% to 130% of the window by the real count, alone and after an older tool exchange of the same
@@ -116,6 +116,44 @@ async def run(fractions: list[float], seeds: int) -> list[str]:
     return rows
 
 
+async def rejecting_rows(fractions: list[float], seeds: int) -> list[str]:
+    """An unnamed model behind an upstream that refuses an overflow itself
+    (`COMPACT_UPSTREAM_REJECTS_OVERFLOW`): what only the margin puts over the window is sent for the
+    server's verdict. The model's vocabulary is each of the four in turn (the lightest for the text
+    is where the proxy could refuse what fits). *Refused by the upstream*: sent while over the window
+    by the model's count, so the server's error reaches the client (a round trip spent, no prompt cut)."""
+    counters = {name: load_text_counter(spec) for name, spec in RULERS.items()}
+    rows = [
+        "| model's vocabulary | kind | requests | refused by the proxy | **false refusals** "
+        "| sent, refused by the upstream |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    total = 0
+    for name, count in counters.items():
+        settings = Settings(
+            _env_file=None, window=WINDOW, upstream_kind="openai", upstream_rejects_overflow=True
+        )
+        planner = Planner(settings)
+        for kind in KINDS:
+            n = refused = false = sent_over = 0
+            for seed in range(1, seeds + 1):
+                for history in (False, True):
+                    for fraction in fractions:
+                        messages = sized(kind, fraction, seed, history, count)
+                        plan = await planner.plan({"model": "m", "messages": messages})
+                        n += 1
+                        if plan.result.over_window:
+                            refused += 1
+                            false += real_size(count, messages) + RESERVE <= WINDOW
+                        else:
+                            sent_over += real_size(count, plan.result.messages) > WINDOW
+            total += false
+            rows.append(f"| {name} | {kind} | {n} | {refused} | **{false}** | {sent_over} |")
+            print(rows[-1], file=sys.stderr, flush=True)
+    rows.append(f"| **all** | | | | **{total}** | |")
+    return rows
+
+
 def speed_rows(chars: int = 500_000) -> list[str]:
     """What measuring the margin costs the first time a text is seen (it is remembered after), next to
     the estimate itself, on `chars` characters of each kind: best of 5."""
@@ -142,22 +180,28 @@ def speed_rows(chars: int = 500_000) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes, one seed")
+    parser.add_argument(
+        "--rejecting",
+        action="store_true",
+        help="only an unnamed model behind an upstream that refuses overflows",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         fractions, seeds = [0.6, 0.85, 1.0, 1.2], 1
     else:
         fractions, seeds = [round(0.5 + 0.05 * i, 2) for i in range(17)], 2
     try:
-        rows = asyncio.run(run(fractions, seeds))
+        rows = asyncio.run((rejecting_rows if args.rejecting else run)(fractions, seeds))
     except RuntimeError as exc:
         print(f"cannot load the real tokenizers: {exc}", file=sys.stderr)
         return 2
     print(
-        f"`{COMMAND}`: window {WINDOW:,}, sizes {fractions[0]:.0%}-{fractions[-1]:.0%} of it by the real count.\n"
+        f"`{COMMAND}{' --rejecting' if args.rejecting else ''}`: window {WINDOW:,}, sizes {fractions[0]:.0%}-{fractions[-1]:.0%} of it by the real count.\n"
     )
     print("\n".join(rows))
-    print()
-    print("\n".join(speed_rows()))
+    if not args.rejecting:
+        print()
+        print("\n".join(speed_rows()))
     return 0
 
 

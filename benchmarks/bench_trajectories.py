@@ -236,7 +236,7 @@ def ours_replay(
                     run.over_after_retry += 1
                     sent.append(out)
                     continue
-            planner.learn(plan, real)
+            planner.read_report(plan, real)
             sent.append(out)
     finally:
         loop.close()

@@ -24,13 +24,14 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from proxy.counting.modes import Counting
 from proxy.counting.tokenizers import is_known, known_specs
 
 ENV_PREFIX = "COMPACT_"
 
 
 # Counters of the proxy's own; the exact ones are the backends of `proxy.counting.tokenizers`.
-OWN_COUNTERS = ("estimate", "chars4", "upstream")
+OWN_COUNTERS = tuple(Counting)
 
 
 def check_tokenizer(value: str) -> str:
@@ -68,7 +69,7 @@ class ModelWindow:
     target: float
     keep_recent_turns: int
     reply_reserve: int
-    tokenizer: str = "estimate"
+    tokenizer: str = Counting.ESTIMATE
     keep_recent_tool_results: int = 3
     auto: bool = False
     requested: int | None = None  # the window the request set itself (Ollama's `num_ctx`)
@@ -96,7 +97,7 @@ class Settings(BaseSettings):
     # `/readyz` fails while the upstream does not answer; off: ready once started (replicas behind a
     # load balancer that should keep answering in the client's protocol while a shared upstream is down).
     ready_needs_upstream: bool = True
-    tokenizer: str = "estimate"
+    tokenizer: str = Counting.ESTIMATE
     # Count exactly where the model's name says which bundled tokenizer it uses (Qwen, GPT, Llama 3).
     tokenizer_by_model: bool = True
     exact_count_from: float = Field(default=0.5, ge=0)
@@ -110,6 +111,10 @@ class Settings(BaseSettings):
     models: dict[str, ModelOverride] = Field(default_factory=dict)
     model_windows: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
     overflow: Literal["forward", "reject"] = "forward"
+    # Whether the upstream answers a prompt over its window with an error, never cutting it silently:
+    # what only the pessimistic count puts over the window then goes for its verdict. `auto`: the
+    # APIs of OpenAI (and Azure OpenAI) and Anthropic.
+    upstream_rejects_overflow: bool | Literal["auto"] = "auto"
     remote_compaction: Literal["auto", "proxy", "upstream"] = "auto"
     compaction_key: SecretStr | None = None
 

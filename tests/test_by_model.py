@@ -84,9 +84,9 @@ async def test_a_server_counting_more_than_the_bundled_tokenizer_is_learned() ->
     body = chinese_request("qwen2.5:7b")
     first = await planner.plan(body)
     assert first.counted_by == "qwen2.5" and first.factor == 1.0
-    planner.learn(first, int(first.result.tokens_after * 1.3))
+    planner.read_report(first, int(first.result.tokens_after * 1.3))
     second = await planner.plan(body)
     assert second.counted_by == "qwen2.5" and second.factor >= 1.25
     assert second.result.tokens_before > first.result.tokens_before
-    planner.learn(second, int(second.result.tokens_after * 0.5))  # lighter: ignored
+    planner.read_report(second, int(second.result.tokens_after * 0.5))  # lighter: ignored
     assert (await planner.plan(body)).factor >= 1.25

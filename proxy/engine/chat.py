@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from proxy.counting.modes import Counting
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.compaction import Budget, CompactionResult, NoteMemo, Policy, compact
 from proxy.engine.limits import budget_for, reply_limit_field, requested_reply, thinking_budget
@@ -51,7 +52,7 @@ class ChatPlan:
     budget: Budget
     result: CompactionResult
     factor: float = 1.0
-    counted_by: str = "estimate"
+    counted_by: str = Counting.ESTIMATE  # a counting mode, or the exact tokenizer's spec
     max_tokens: int | None = None  # the reply limit after clamping, when it was lowered
     reply: int | None = None  # the reply limit the request asked for
     reply_field: str = "max_tokens"

@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from proxy.counting.by_model import tokenizer_for_model
 from proxy.counting.cache import LruCache
+from proxy.counting.modes import HEAVIEST_OF, Counting
 from proxy.counting.tokens import MemoTextCounter, TextCounter, count_chars4
 from proxy.settings import ModelWindow, Settings
 
@@ -22,14 +23,17 @@ from proxy.settings import ModelWindow, Settings
 def text_counter(spec: str) -> TextCounter:
     """The text counter a `COMPACT_TOKENIZER` value names (`upstream` estimates; see `Planner`),
     one per process, remembering the texts it counted."""
-    if spec == "chars4":
+    if spec == Counting.CHARS4:
         return count_chars4
-    if spec in ("estimate", "upstream"):
+    if spec in (Counting.ESTIMATE, Counting.UPSTREAM):
         from proxy.counting.estimator import estimate_text_tokens
 
         return MemoTextCounter(estimate_text_tokens)
     from proxy.counting.tokenizers import load_text_counter
 
+    if spec == Counting.HEAVIEST:
+        counters = tuple(load_text_counter(each) for each in HEAVIEST_OF)
+        return MemoTextCounter(lambda text: max(count(text) for count in counters))
     return MemoTextCounter(load_text_counter(spec))
 
 
@@ -65,6 +69,7 @@ class LockedMemo:
     def bytes(self) -> int:
         return self.memo.bytes
 
+
 class ModelTokenizers:
     """The bundled tokenizer a model's name says it uses (`COMPACT_TOKENIZER_BY_MODEL`), where it
     is installed: each loaded once, in a worker thread (a vocabulary takes 0.1-1 s to read)."""
@@ -76,11 +81,15 @@ class ModelTokenizers:
     async def window(self, window: ModelWindow, model: str) -> ModelWindow:
         """`window` counting with the tokenizer `model`'s name says, where it counts with the
         default estimate."""
-        if window.tokenizer != "estimate" or not self.enabled:
+        if window.tokenizer != Counting.ESTIMATE or not self.enabled:
             return window
         spec = tokenizer_for_model(model)
         if spec is None:
             return window
+        return replace(window, tokenizer=spec) if await self.loadable(spec) else window
+
+    async def loadable(self, spec: str) -> bool:
+        """Whether the counter `spec` names is installed (loaded the first time it is asked)."""
         if (loadable := self._loadable.get(spec)) is None:
             try:
                 await asyncio.to_thread(text_counter, spec)
@@ -88,4 +97,4 @@ class ModelTokenizers:
             except (RuntimeError, ValueError):
                 loadable = False
             self._loadable[spec] = loadable
-        return replace(window, tokenizer=spec) if loadable else window
+        return loadable

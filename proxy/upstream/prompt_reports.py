@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from proxy.counting.cache import ModelTable
 from proxy.counting.calibration import Calibrator, truncated_window
+from proxy.counting.modes import Counting, estimated
 from proxy.engine.chat import ChatPlan
 from proxy.metrics import Metrics
 
@@ -45,20 +46,16 @@ class PromptReports:
         # Ollama, a request without `num_ctx` runs at its default, one with it at that size).
         self.seen_windows: ModelTable[int] = ModelTable()
 
-    def learn(self, plan: ChatPlan, reported: int | None) -> None:
-        """Feed the upstream's count of the prompt it received back into the calibration."""
-        self.read_report(plan, reported)
-
     def read_report(self, plan: ChatPlan, reported: int | None) -> Truncation | None:
-        """`learn`, and the cut the count shows, if the upstream cut the prompt."""
+        """Feed the upstream's count of the prompt it received back into the calibration; the cut
+        the count shows, if the upstream cut the prompt."""
         if reported is None:
             return None
         truncation = self._check_truncation(plan, reported)
-        if plan.counted_by == "upstream" or (truncation and reported < plan.result.tokens_after):
+        if plan.counted_by == Counting.UPSTREAM or (truncation and reported < plan.result.tokens_after):
             return truncation  # a count of what was left after a cut says nothing about the counter
         # An exact tokenizer's counts are calibrated apart from the estimate's (`exact_key`).
-        estimated = plan.counted_by in ("estimate", "chars4")
-        key = plan.model if estimated else exact_key(plan.model, plan.counted_by)
+        key = plan.model if estimated(plan.counted_by) else exact_key(plan.model, plan.counted_by)
         before = self.calibrator.factor(key)
         self.calibrator.observe(key, round(plan.result.tokens_after / plan.factor), reported)
         after = self.calibrator.factor(key)

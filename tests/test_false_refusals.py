@@ -1,0 +1,237 @@
+"""No false refusals for an unnamed model (issue 24, item 1): a request the pessimistic count (the
+estimate with its margin) puts over the window, with no exact count from the upstream (OpenAI's API,
+Ollama: no `/tokenize`), is counted with the heaviest of the vocabularies the margin is fitted on
+(cl100k_base, o200k_base, Qwen2.5, Llama 3) before it is refused. What fits them all with room for
+the reply goes out; what does not is still refused; and a model the upstream's reports show heavier
+than all four is still judged by those reports.
+
+The ruler, as in `benchmarks/bench_margin.py`: the heaviest real count, the template's markers added.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+
+from proxy.counting.modes import HEAVIEST_OF, Counting
+from proxy.counting.tokenizers import load_text_counter
+from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
+from proxy.settings import Settings
+from proxy.upstream.planner import Planner
+from tests.support.kinds import text_of_kind
+from tests.support.processes import VENV_BIN, free_port, running
+
+WINDOW = 8192
+RESERVE = 1024  # the reply's room a request must leave to count as one that fits
+
+
+def heaviest() -> Callable[[str], int]:
+    try:
+        counters = [load_text_counter(spec) for spec in HEAVIEST_OF]
+    except RuntimeError:
+        pytest.skip("the real tokenizers are not installed (the tokenizers extra)")
+    return lambda text: max(count(text) for count in counters)
+
+
+def real_size(messages: list[dict[str, Any]]) -> int:
+    count = heaviest()
+    return sum(count(text_of(m.get("content"))) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMER
+
+
+def paste(kind: str, fraction: float, seed: int = 1) -> list[dict[str, Any]]:
+    """A system prompt and a pasted text of `kind` whose real size is about `fraction` of the window."""
+    sample = text_of_kind(kind, 20_000, seed)
+    per_char = heaviest()(sample) / len(sample)
+    head: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."}]
+    rest = real_size([*head, {"role": "user", "content": "Look at this:\n"}])
+    chars = int((fraction * WINDOW - rest) / per_char)
+    return [*head, {"role": "user", "content": "Look at this:\n" + text_of_kind(kind, chars, seed)}]
+
+
+def planner() -> Planner:
+    return Planner(Settings(_env_file=None, window=WINDOW, upstream_kind="openai"))  # type: ignore[call-arg]
+
+
+# The requests `python -m benchmarks.bench_margin` found refused at 16efdaf-957c7e4 though they fit
+# the heaviest vocabulary with the reply's room (80-90% of the window by it): 11 of 408.
+BAND = [("Chinese", 0.85), ("Japanese", 0.8), ("Japanese", 0.85), ("code", 0.85), ("parse tree", 0.9)]
+
+
+@pytest.mark.parametrize(("kind", "fraction"), BAND)
+async def test_what_fits_every_vocabulary_with_room_for_the_reply_is_not_refused(
+    kind: str, fraction: float
+) -> None:
+    messages = paste(kind, fraction)
+    assert real_size(messages) + RESERVE <= WINDOW
+    plan = await planner().plan({"model": "m", "messages": messages})
+    assert not plan.result.over_window, f"{kind} at {fraction:.0%} of the window was refused"
+    assert plan.counted_by == Counting.HEAVIEST
+    assert real_size(plan.result.messages) <= WINDOW
+
+
+@pytest.mark.parametrize("kind", ["Chinese", "code", "parse tree"])
+async def test_what_the_heaviest_vocabulary_puts_over_the_window_is_still_refused(kind: str) -> None:
+    plan = await planner().plan({"model": "m", "messages": paste(kind, 1.03)})
+    assert plan.result.over_window
+
+
+async def test_the_heaviest_count_is_a_setting_of_its_own() -> None:
+    """`COMPACT_TOKENIZER=heaviest`: every request near the line counted that way, not only those
+    the margin puts over the window."""
+    settings = Settings(_env_file=None, window=WINDOW, tokenizer="heaviest", upstream_kind="openai")  # type: ignore[call-arg]
+    messages = paste("Chinese", 0.85)
+    plan = await Planner(settings).plan({"model": "m", "messages": messages})
+    assert plan.counted_by == Counting.HEAVIEST and plan.result.tokens_before == real_size(messages)
+
+
+async def test_a_model_the_upstream_reports_heavier_than_the_four_is_judged_by_its_reports() -> None:
+    """The upstream said this model spends twice the estimate (a vocabulary heavier than all four,
+    as Llama 2's on Chinese): a paste that fits the four by 15% is over the window for it: refused."""
+    p = planner()
+    english = {"model": "m", "messages": [{"role": "user", "content": text_of_kind("code", 8_000)}]}
+    first = await p.plan(english)
+    p.read_report(first, 2 * first.result.tokens_after)
+    assert p.calibrator.factor("m") >= 1.9
+    plan = await p.plan({"model": "m", "messages": paste("Chinese", 0.85)})
+    assert plan.result.over_window
+
+
+async def test_to_an_upstream_that_refuses_overflows_what_no_exact_count_puts_over_goes_for_its_verdict() -> (
+    None
+):
+    """Anthropic's API (`COMPACT_UPSTREAM_REJECTS_OVERFLOW=auto`): a Chinese paste 10% over the window
+    by cl100k, which a lighter vocabulary (Qwen's: 0.6 of it) fits, is forwarded for the server to
+    count, and so is one the plain estimate puts over the window too (as it came: only the server can
+    say); set to false, the proxy refuses the first (over the window by the heaviest of the four)."""
+    settings = {"window": WINDOW, "upstream_url": "https://api.anthropic.com", "upstream_kind": "anthropic"}
+    rejecting = Planner(Settings(_env_file=None, **settings))  # type: ignore[arg-type]
+    over = paste("Chinese", 1.1)
+    plan = await rejecting.plan({"model": "claude-sonnet-4-5", "messages": over})
+    assert not plan.result.over_window and plan.counted_by == Counting.ESTIMATE
+    assert plan.result.messages == over
+    far = paste("Chinese", 1.6)
+    plan = await rejecting.plan({"model": "m", "messages": far})
+    assert not plan.result.over_window and plan.result.overflow and plan.result.messages == far
+    cutting = Planner(Settings(_env_file=None, upstream_rejects_overflow=False, **settings))  # type: ignore[arg-type]
+    assert (await cutting.plan({"model": "m", "messages": over})).result.over_window
+
+
+class _OpenAI(BaseHTTPRequestHandler):
+    """api.openai.com as the proxy sees it (its documented overflow error): no `/tokenize` (404); a
+    chat whose prompt, counted with `count`, is over `WINDOW` refused with 400
+    `context_length_exceeded`, else answered; every chat body recorded."""
+
+    bodies: ClassVar[list[dict[str, Any]]] = []
+    count: ClassVar[Callable[[str], int]] = len
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if not self.path.endswith("/chat/completions"):
+            self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+            return
+        type(self).bodies.append(body)
+        count = type(self).count
+        prompt = (
+            sum(count(text_of(m.get("content"))) + MESSAGE_OVERHEAD for m in body["messages"]) + REPLY_PRIMER
+        )
+        if prompt > WINDOW:
+            message = (
+                f"This model's maximum context length is {WINDOW} tokens. However, your messages resulted in "
+                f"{prompt} tokens. Please reduce the length of the messages."
+            )
+            error = {"message": message, "type": "invalid_request_error", "param": "messages"}
+            self._send(400, {"error": {**error, "code": "context_length_exceeded"}})
+            return
+        message = {"role": "assistant", "content": "ok"}
+        usage = {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1}
+        self._send(
+            200,
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": usage,
+            },
+        )
+
+    def do_GET(self) -> None:
+        self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def proxy_and_upstream(counter: str, **env: str) -> Iterator[tuple[str, type[_OpenAI]]]:
+    """The real `compacting-proxy` in front of `_OpenAI` counting with the tokenizer `counter`."""
+    handler = type("OpenAI", (_OpenAI,), {"bodies": [], "count": staticmethod(load_text_counter(counter))})
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = free_port()
+    env = {
+        "COMPACT_UPSTREAM_URL": f"http://127.0.0.1:{server.server_port}/v1",
+        "COMPACT_WINDOW": str(WINDOW),
+        "COMPACT_UPSTREAM_KIND": "openai",
+        **env,
+    }
+    args = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--no-access-log"]
+    try:
+        with running(args, ready_url=f"http://127.0.0.1:{port}/healthz", env=env):
+            yield f"http://127.0.0.1:{port}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def chat(base: str, messages: list[dict[str, Any]]) -> httpx.Response:
+    return httpx.post(f"{base}/v1/chat/completions", json={"model": "m", "messages": messages}, timeout=60)
+
+
+@pytest.mark.process
+def test_the_real_process_forwards_a_japanese_paste_that_fits_and_refuses_one_that_does_not() -> None:
+    """A local server without `/tokenize` (not known to refuse overflows): counted with the four."""
+    fits, over = paste("Japanese", 0.85), paste("Japanese", 1.05)
+    with proxy_and_upstream("cl100k_base") as (base, upstream):
+        answer = chat(base, fits)
+        assert answer.status_code == 200, answer.text
+        assert [body["messages"] for body in upstream.bodies] == [fits], "forwarded as it came"
+        refused = chat(base, over)
+        assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == "context_length_exceeded"
+        assert len(upstream.bodies) == 1, "refused by the proxy, not sent"
+
+
+@pytest.mark.process
+def test_the_real_process_lets_an_upstream_that_refuses_overflows_judge_the_uncertain_ones() -> None:
+    """`COMPACT_UPSTREAM_REJECTS_OVERFLOW=true`: a Chinese paste 10% over the window by cl100k reaches
+    a Qwen model (0.6 of that) and is answered; a Japanese one the same size reaches a cl100k model,
+    which refuses it, and its refusal reaches the client as OpenAI worded it."""
+    chinese, japanese = paste("Chinese", 1.1), paste("Japanese", 1.1)
+    env = {"COMPACT_UPSTREAM_REJECTS_OVERFLOW": "true"}
+    with proxy_and_upstream("qwen2.5", **env) as (base, upstream):
+        answer = chat(base, chinese)
+        assert answer.status_code == 200, answer.text
+        assert [body["messages"] for body in upstream.bodies] == [chinese]
+    with proxy_and_upstream("cl100k_base", **env) as (base, upstream):
+        refused = chat(base, japanese)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "context_length_exceeded" and "resulted in" in error["message"]
+        assert upstream.bodies and all(body["messages"] == japanese for body in upstream.bodies)
