@@ -40,8 +40,9 @@ def test_the_limits_are_the_settings_of_the_same_names() -> None:
     assert ClientLimits.of(Settings(_env_file=None)) == ClientLimits()  # type: ignore[call-arg]
 
 
-def test_the_protocol_takes_its_limits_as_an_argument_that_pickles() -> None:
-    """uvicorn pickles its config, `http` with it, into each spawned worker."""
+async def test_the_protocol_takes_its_limits_as_an_argument_that_pickles() -> None:
+    """uvicorn pickles its config, `http` with it, into each spawned worker (async: the protocol takes
+    the running loop)."""
     factory = pickle.loads(pickle.dumps(protocol_with(LIMITS)))
     config = Config(app=None, lifespan="off", access_log=False, log_level="warning")
     protocol = factory(config=config, server_state=ServerState(), app_state={})

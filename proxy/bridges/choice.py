@@ -11,7 +11,7 @@ from proxy.bridges.base import Body, Bridge
 from proxy.bridges.gemini.bridge import GeminiChatBridge
 from proxy.bridges.gemini.over_ollama import GeminiOverOllama, carried
 from proxy.bridges.ollama.bridge import OllamaBridge
-from proxy.formats import Conversation, Route
+from proxy.formats import Conversation, FormatRoute
 from proxy.settings import Settings
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
@@ -32,7 +32,7 @@ class Bridges:
         self.gemini_native = gemini_native(settings)
 
     async def choose(
-        self, route: Route, body: Body, conversation: Conversation, credentials: RawHeaders
+        self, route: FormatRoute, body: Body, conversation: Conversation, credentials: RawHeaders
     ) -> Bridge | None:
         """`ollama`: an OpenAI chat to Ollama's native API. `gemini`: a Gemini API request to the
         upstream's Chat Completions, or for Ollama to its native API (its window set)."""

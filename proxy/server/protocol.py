@@ -49,7 +49,7 @@ import httptools
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from proxy.errors import error_body
+from proxy.errors import openai_error_body
 from proxy.server.flow import OVERLOADED, PROBE_PATHS, HeldFlow, answer_overloaded, reserve_of
 from proxy.settings import Settings
 
@@ -344,7 +344,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         started = self.cycle is not None and self.cycle.response_started
         if not started:
             kind = "server_error" if status >= 500 else "invalid_request_error"
-            body = error_body(message, type=kind, code=code)
+            body = openai_error_body(message, type=kind, code=code)
             head = (
                 b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, REASONS[status])
                 + b"connection: close\r\ncontent-length: "
