@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import socket
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -27,15 +28,7 @@ LIMITS = ClientLimits(
 
 
 def test_the_limits_are_the_settings_of_the_same_names() -> None:
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        max_header_bytes=2048,
-        header_timeout=3.5,
-        body_timeout=4.5,
-        max_client_connections=7,
-        min_body_rate=100.0,
-        min_body_rate_grace=1.5,
-    )
+    settings = Settings(_env_file=None, **asdict(LIMITS))  # type: ignore[call-arg]
     assert ClientLimits.of(settings) == LIMITS
     assert ClientLimits.of(Settings(_env_file=None)) == ClientLimits()  # type: ignore[call-arg]
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -54,5 +53,4 @@ def gemini_native(settings: Settings) -> bool:
     default only Google's own API speaks it), else over its Chat Completions."""
     if settings.gemini_upstream != "auto":
         return settings.gemini_upstream == "native"
-    host = (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower()
-    return host.endswith(GOOGLE_HOSTS)
+    return settings.upstream_host.endswith(GOOGLE_HOSTS)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-import urllib.parse
 from dataclasses import replace
 from typing import Any
 
@@ -69,7 +68,7 @@ class Pipeline:
         settings = parts.settings
         self.remote_compaction = RemoteCompaction.from_settings(settings)
         self._upstream_server = {
-            "upstream_host": (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower(),
+            "upstream_host": settings.upstream_host,
             "upstream_kind": settings.upstream_kind,
         }
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import urllib.parse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,9 +46,8 @@ class RemoteCompaction:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RemoteCompaction:
-        host = (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower()
         mode = settings.remote_compaction
-        active = mode == "proxy" or (mode == "auto" and host != "api.openai.com")
+        active = mode == "proxy" or (mode == "auto" and settings.upstream_host != "api.openai.com")
         key = settings.compaction_key.get_secret_value().encode() if settings.compaction_key else None
         return cls(active, key or secrets.token_bytes(32), settings.max_body_bytes)
 
