@@ -119,17 +119,11 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from proxy.server.logs import log_config
+    from proxy.server.protocol import ClientLimits, protocol_with
 
     settings = load_settings(args.env_file)  # fail fast, in the parent, with a readable message
     if args.env_file:
         os.environ["COMPACT_ENV_FILE"] = args.env_file
-    # Read by the protocol in every worker, which does not see a .env file's values otherwise.
-    os.environ["COMPACT_MAX_HEADER_BYTES"] = str(settings.max_header_bytes)
-    os.environ["COMPACT_HEADER_TIMEOUT"] = str(settings.header_timeout)
-    os.environ["COMPACT_BODY_TIMEOUT"] = str(settings.body_timeout)
-    os.environ["COMPACT_MAX_CLIENT_CONNECTIONS"] = str(settings.max_client_connections)
-    os.environ["COMPACT_MIN_BODY_RATE"] = str(settings.min_body_rate)
-    os.environ["COMPACT_MIN_BODY_RATE_GRACE"] = str(settings.min_body_rate_grace)
     options: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
@@ -139,7 +133,8 @@ def main(argv: list[str] | None = None) -> None:
         "access_log": not args.no_access_log,
         "timeout_graceful_shutdown": args.timeout_graceful_shutdown,
         "factory": True,
-        "http": "proxy.server.protocol:LimitedHttpToolsProtocol",
+        # The protocol gets its limits as an argument, which goes with uvicorn's config to each worker.
+        "http": protocol_with(ClientLimits.of(settings)),
         "timeout_keep_alive": settings.keep_alive_timeout,
         # Forwarded answers carry the upstream's own Date and Server; the app adds a Date only to a
         # response that has none (its own answers, or an upstream's without one).

@@ -76,12 +76,13 @@ class ContextOverflowError(ProxyError):
         return super().to_response(headers, self.shape or shape)
 
 
-def error_body(message: str, *, type: str, code: str | None = None, param: str | None = None) -> bytes:
+def openai_error_body(message: str, *, type: str, code: str | None = None, param: str | None = None) -> bytes:
+    """OpenAI's error body, whatever the route (a route's own shape is its format's `error_body`)."""
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
 
 def openai_error(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:
-    return error_body(message, type=type, code=code, param=param)
+    return openai_error_body(message, type=type, code=code, param=param)
 
 
 def anthropic_error(status: int, message: str, type: str, code: str | None, param: str | None) -> bytes:

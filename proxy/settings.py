@@ -8,6 +8,7 @@ Keys are model names or glob patterns; an exact name beats a pattern, a longer p
 from __future__ import annotations
 
 import fnmatch
+import urllib.parse
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -220,6 +221,11 @@ class Settings(BaseSettings):
             return merged[model]
         patterns = [key for key in merged if fnmatch.fnmatchcase(model, key)]
         return merged[max(patterns, key=len)] if patterns else ModelOverride()
+
+    @property
+    def upstream_host(self) -> str:
+        """The upstream's host name, lower case (what says which server's API it is)."""
+        return (urllib.parse.urlsplit(self.upstream_url).hostname or "").lower()
 
     def window_for(self, model: str) -> ModelWindow:
         """Every knob for `model`, its override laid over the defaults."""

@@ -17,7 +17,7 @@ import orjson
 from proxy.engine.chat import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError
-from proxy.formats import ROUTES, Conversation, Route, RouteTable
+from proxy.formats import ROUTES, Conversation, FormatRoute, RouteTable
 from proxy.formats.base import Part, rebuild, rewrite_items, source_field, sse_error_event
 from proxy.server.app import create_app
 from tests.support.fakes import ClosingStream, RecordingUpstream, make_settings, sse_chunks
@@ -79,7 +79,9 @@ class Transcript:
         return body
 
 
-TOY = Route("/v1/transcripts", Transcript(), "/transcripts", scope=("/v1/transcripts", "/v1/transcripts/"))
+TOY = FormatRoute(
+    "/v1/transcripts", Transcript(), "/transcripts", scope=("/v1/transcripts", "/v1/transcripts/")
+)
 
 
 def toy_client(upstream: RecordingUpstream, **overrides: Any) -> httpx.AsyncClient:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -11,7 +10,7 @@ from proxy.bridges.base import Body, Bridge
 from proxy.bridges.gemini.bridge import GeminiChatBridge
 from proxy.bridges.gemini.over_ollama import GeminiOverOllama, carried
 from proxy.bridges.ollama.bridge import OllamaBridge
-from proxy.formats import Conversation, Route
+from proxy.formats import Conversation, FormatRoute
 from proxy.settings import Settings
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
@@ -32,7 +31,7 @@ class Bridges:
         self.gemini_native = gemini_native(settings)
 
     async def choose(
-        self, route: Route, body: Body, conversation: Conversation, credentials: RawHeaders
+        self, route: FormatRoute, body: Body, conversation: Conversation, credentials: RawHeaders
     ) -> Bridge | None:
         """`ollama`: an OpenAI chat to Ollama's native API. `gemini`: a Gemini API request to the
         upstream's Chat Completions, or for Ollama to its native API (its window set)."""
@@ -54,5 +53,4 @@ def gemini_native(settings: Settings) -> bool:
     default only Google's own API speaks it), else over its Chat Completions."""
     if settings.gemini_upstream != "auto":
         return settings.gemini_upstream == "native"
-    host = (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower()
-    return host.endswith(GOOGLE_HOSTS)
+    return settings.upstream_host.endswith(GOOGLE_HOSTS)

@@ -29,6 +29,12 @@ IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
 AUDIO_PART_TYPES = frozenset({"input_audio", "audio"})
 
 
+def token_count(value: Any) -> int | None:
+    """A token count or limit as JSON gives it (a request's `max_tokens`, a server's `n_ctx`): a
+    positive integer, else None (a bool, a float, a string or 0 is no count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 class MemoTextCounter:
     """A text counter that remembers what it counted. A chat resends its whole history every turn,
     so nearly every text of a request was counted for the one before: looking it up is ten times

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.counting.tokens import RequestCounter
+from proxy.counting.tokens import RequestCounter, token_count
 from proxy.engine.compaction import Budget
 from proxy.settings import ModelWindow
 
@@ -16,8 +16,7 @@ Body = dict[str, Any]
 
 def requested_reply(body: Body) -> int | None:
     """The reply limit the neutral request names, if any."""
-    value = body.get(reply_limit_field(body))
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return token_count(body.get(reply_limit_field(body)))
 
 
 def reply_limit_field(body: Body) -> str:

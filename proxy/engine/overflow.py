@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 
+from proxy.counting.tokens import token_count
+
 OVERFLOW_STATUSES = frozenset({400, 413, 422})
 
 _PHRASES = re.compile(
@@ -47,10 +49,6 @@ def _first_number(pattern: re.Pattern[str], text: str) -> int | None:
     return int(next(g for g in match.groups() if g)) if match else None
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
 def parse_overflow(status: int, body: bytes) -> Overflow | None:
     """The overflow an error response reports, or None if it is some other error."""
     if status not in OVERFLOW_STATUSES or len(body) > 64 * 1024:
@@ -69,6 +67,6 @@ def parse_overflow(status: int, body: bytes) -> Overflow | None:
     ):
         return None
     return Overflow(
-        prompt_tokens=_int(fields.get("n_prompt_tokens")) or _first_number(_PROMPT_COUNT, message),
-        window=_int(fields.get("n_ctx")) or _first_number(_WINDOW, message),
+        prompt_tokens=token_count(fields.get("n_prompt_tokens")) or _first_number(_PROMPT_COUNT, message),
+        window=token_count(fields.get("n_ctx")) or _first_number(_WINDOW, message),
     )

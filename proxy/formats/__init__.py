@@ -1,6 +1,6 @@
 """The wire formats the proxy compacts, one adapter module each, and the one table that routes
 them (`routes.py`). Adding a format: a module implementing `WireFormat` (see `base.py`) and one
-`Route` in that table.
+`FormatRoute` in that table.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from proxy.formats.routes import (
     PASSTHROUGHS,
     RESPONSES,
     ROUTES,
+    FormatRoute,
     Passthrough,
-    Route,
     RouteTable,
 )
 
@@ -28,8 +28,8 @@ __all__ = [
     "RESPONSES",
     "ROUTES",
     "Conversation",
+    "FormatRoute",
     "Passthrough",
-    "Route",
     "RouteTable",
     "WireFormat",
 ]

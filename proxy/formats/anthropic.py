@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.counting.estimator import estimate_text_tokens
-from proxy.counting.tokens import json_text
+from proxy.counting.tokens import json_text, token_count
 from proxy.engine.chat import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError, anthropic_error
@@ -36,7 +36,6 @@ from proxy.formats.base import (
     Conversation,
     Message,
     Part,
-    int_field,
     rebuild,
     rewrite_items,
     source_field,
@@ -75,11 +74,11 @@ class AnthropicMessages:
         request: Body = {"model": model or "", "messages": messages}
         if isinstance(tools := body.get("tools"), list):
             request["tools"] = [_chat_tool(tool) for tool in tools]
-        if (reply := int_field(body.get("max_tokens"))) is not None:
+        if (reply := token_count(body.get("max_tokens"))) is not None:
             request["max_tokens"] = reply
         thinking = body.get("thinking")
         enabled = isinstance(thinking, dict) and thinking.get("type") == "enabled"
-        if enabled and (budget := int_field(thinking.get("budget_tokens"))) is not None:  # type: ignore[union-attr]
+        if enabled and (budget := token_count(thinking.get("budget_tokens"))) is not None:  # type: ignore[union-attr]
             request["thinking_budget"] = budget  # kept under a lowered max_tokens
         return Conversation(request, sources)
 
@@ -108,7 +107,7 @@ class AnthropicMessages:
         usage = _last_usage(tail)
         if usage is None or "input_tokens" not in usage:
             return None
-        return sum(int_field(usage.get(key)) or 0 for key in USAGE_KEYS) or None
+        return sum(token_count(usage.get(key)) or 0 for key in USAGE_KEYS) or None
 
     error_body = staticmethod(anthropic_error)
 

@@ -243,8 +243,3 @@ def str_field(value: Any) -> str | None:
     """A string field of a client's item, else None (a list or an object there must not be compared
     with names)."""
     return value if isinstance(value, str) else None
-
-
-def int_field(value: Any) -> int | None:
-    """A positive integer request field, else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

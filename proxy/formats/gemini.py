@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from proxy.counting.tokens import text_of
+from proxy.counting.tokens import text_of, token_count
 from proxy.engine.chat import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError
@@ -34,7 +34,6 @@ from proxy.formats.base import (
     Conversation,
     Message,
     Part,
-    int_field,
     rebuild,
     rewrite_items,
     source_field,
@@ -99,7 +98,7 @@ class Gemini:
         if tools := chat_tools(body.get("tools")):
             request["tools"] = tools
         config = body.get("generationConfig")
-        if isinstance(config, dict) and (reply := int_field(config.get("maxOutputTokens"))) is not None:
+        if isinstance(config, dict) and (reply := token_count(config.get("maxOutputTokens"))) is not None:
             request["max_tokens"] = reply
         return Conversation(request, sources)
 
@@ -162,7 +161,7 @@ def _with_limit(config: dict[str, Any], limit: int) -> dict[str, Any]:
     out = {**config, "maxOutputTokens": limit}
     thinking = config.get("thinkingConfig")
     budget = thinking.get("thinkingBudget") if isinstance(thinking, dict) else None
-    if isinstance(thinking, dict) and (fixed := int_field(budget)) is not None and fixed >= limit:
+    if isinstance(thinking, dict) and (fixed := token_count(budget)) is not None and fixed >= limit:
         out["thinkingConfig"] = {**thinking, "thinkingBudget": limit // 2}
     return out
 

@@ -19,13 +19,13 @@ from typing import Any
 
 import orjson
 
-from proxy.counting.tokens import PROMPT_FIELDS, text_of
+from proxy.counting.tokens import PROMPT_FIELDS, text_of, token_count
 from proxy.engine.chat import Body, ChatPlan, validated_messages
 from proxy.engine.jsonbody import fragment_text
 from proxy.engine.markers import merged_content
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError
-from proxy.formats.base import Conversation, Part, int_field, rebuild, rewrite_items
+from proxy.formats.base import Conversation, Part, rebuild, rewrite_items
 from proxy.formats.chat import ChatCompletions
 
 Message = dict[str, Any]
@@ -43,10 +43,10 @@ class OllamaChat(ChatCompletions):
         options = options if isinstance(options, dict) else {}
         request: Body = {"model": body.get("model") or "", "messages": _neutral_messages(messages)}
         request.update({key: body[key] for key in PROMPT_FIELDS if key in body})
-        if (reply := int_field(options.get("num_predict"))) is not None:
+        if (reply := token_count(options.get("num_predict"))) is not None:
             request["max_tokens"] = reply
         sources = [(Part(i),) for i in range(len(messages))]
-        return Conversation(request, sources, window=int_field(options.get("num_ctx")))
+        return Conversation(request, sources, window=token_count(options.get("num_ctx")))
 
     def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
         changed = dict(body)

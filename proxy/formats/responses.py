@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from proxy.counting.tokens import json_text, text_of
+from proxy.counting.tokens import json_text, text_of, token_count
 from proxy.engine.chat import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ErrorShape, ProxyError, openai_error
@@ -37,7 +37,6 @@ from proxy.formats.base import (
     Conversation,
     Message,
     Part,
-    int_field,
     rebuild,
     rewrite_items,
     source_field,
@@ -80,7 +79,7 @@ class Responses:
         request: Body = {"model": model or "", "messages": messages}
         if isinstance(tools := body.get("tools"), list):
             request["tools"] = [_chat_tool(tool) for tool in tools]
-        if (reply := int_field(body.get("max_output_tokens"))) is not None:
+        if (reply := token_count(body.get("max_output_tokens"))) is not None:
             request["max_tokens"] = reply
         return Conversation(request, sources)
 

@@ -1,7 +1,7 @@
 """The one table that routes the wire formats: each compacted path with its format (the adapter,
 its error shape, its metrics label), where it goes upstream, the other paths that speak it, where
 a configured upstream key goes, and whether an Ollama upstream gets it on its native API. The
-server reads everything per format from here; a new format is one module and one `Route`.
+server reads everything per format from here; a new format is one module and one `FormatRoute`.
 """
 
 from __future__ import annotations
@@ -27,20 +27,20 @@ GEMINI, GEMINI_STREAM = Gemini(stream=False), Gemini(stream=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
-    """A compacted route: the proxy's path (FastAPI syntax), its format, and where it goes upstream:
-        `upstream` relative to the upstream's base URL, or the client's own path when None; `from_root`
-        against the server's root (the base without `/v1`) instead. `scope`: the other paths whose
-        requests speak this format (an entry ending in `/` is a prefix, else a path), for their error
-        shape and key header; `key_header`: where a configured upstream key goes when this server reads
-        its own header; `bridge`: the bridge that may carry it to a server of another API
-    (`proxy.bridges.choice`: `ollama` for Ollama's native API, `gemini` for a Chat Completions
-    server); `documented`: in the
-        OpenAPI schema; `report_body`: the dry run shows the rewritten body, not only the messages."""
+class FormatRoute:
+    """A compacted route (a path in one wire format; not Starlette's `Route`): the proxy's path
+    (FastAPI syntax), its format, and where it goes upstream: `upstream_path` relative to the
+    upstream's base URL, or the client's own path when None; `from_root` against the server's root
+    (the base without `/v1`) instead. `scope`: the other paths whose requests speak this format (an
+    entry ending in `/` is a prefix, else a path), for their error shape and key header;
+    `key_header`: where a configured upstream key goes when this server reads its own header;
+    `bridge`: the bridge that may carry it to a server of another API (`proxy.bridges.choice`:
+    `ollama` for Ollama's native API, `gemini` for a Chat Completions server); `documented`: in the
+    OpenAPI schema; `report_body`: the dry run shows the rewritten body, not only the messages."""
 
     path: str
     format: WireFormat
-    upstream: str | None
+    upstream_path: str | None
     from_root: bool = False
     scope: tuple[str, ...] = ()
     key_header: bytes | None = None
@@ -62,20 +62,20 @@ class Passthrough:
         return path.removeprefix(self.prefix) if self.strip else path
 
 
-ROUTES: tuple[Route, ...] = (
-    Route(
+ROUTES: tuple[FormatRoute, ...] = (
+    FormatRoute(
         "/v1/chat/completions", CHAT, "/chat/completions", bridge="ollama", documented=True, report_body=False
     ),
-    Route("/v1/responses", RESPONSES, "/responses"),
-    Route(
+    FormatRoute("/v1/responses", RESPONSES, "/responses"),
+    FormatRoute(
         "/v1/messages",
         ANTHROPIC,
         "/messages",
         scope=("/v1/messages", "/v1/messages/"),
         key_header=b"x-api-key",
     ),
-    Route("/api/chat", OLLAMA, "/api/chat", from_root=True, scope=("/api/",)),
-    Route(
+    FormatRoute("/api/chat", OLLAMA, "/api/chat", from_root=True, scope=("/api/",)),
+    FormatRoute(
         "/openai/deployments/{deployment}/chat/completions",
         AZURE,
         None,
@@ -83,10 +83,10 @@ ROUTES: tuple[Route, ...] = (
         scope=("/openai/", "/deployments/"),
         key_header=b"api-key",
     ),
-    Route("/deployments/{deployment}/chat/completions", AZURE, None, key_header=b"api-key"),
+    FormatRoute("/deployments/{deployment}/chat/completions", AZURE, None, key_header=b"api-key"),
     # Google's Gemini API: one format, its two methods (the path says whether it streams).
     *(
-        Route(
+        FormatRoute(
             f"/v1beta/models/{{model}}:{method}",
             wire,
             None,
@@ -114,27 +114,27 @@ class RouteTable:
     answers for any path no route's scope covers, and `/compact` speaks it."""
 
     def __init__(
-        self, routes: Iterable[Route] = ROUTES, passthroughs: Iterable[Passthrough] = PASSTHROUGHS
+        self, routes: Iterable[FormatRoute] = ROUTES, passthroughs: Iterable[Passthrough] = PASSTHROUGHS
     ) -> None:
         self.routes = tuple(routes)
         self.passthroughs = tuple(passthroughs)
         self.default = self.routes[0]
         self._patterns = tuple((compile_path(r.path)[0], r) for r in self.routes)
-        self._by_format: dict[str, Route] = {}
+        self._by_format: dict[str, FormatRoute] = {}
         for route in self.routes:
             self._by_format.setdefault(route.format.name, route)
         self._exact = {s: r for r in self.routes for s in r.scope if not s.endswith("/")}
         self._prefixes = tuple((s, r) for r in self.routes for s in r.scope if s.endswith("/"))
         self._passthrough_prefixes = tuple(p.prefix + "/" for p in self.passthroughs)
 
-    def match(self, path: str) -> tuple[Route, dict[str, str]] | None:
+    def match(self, path: str) -> tuple[FormatRoute, dict[str, str]] | None:
         """The compacted route `path` is, with its path parameters."""
         for pattern, route in self._patterns:
             if match := pattern.fullmatch(path):
                 return route, match.groupdict()
         return None
 
-    def for_path(self, path: str) -> Route:
+    def for_path(self, path: str) -> FormatRoute:
         """The route whose format a request to `path` speaks, compacted or not: whose error shape it
         expects (Anthropic's under `/v1/messages`) and whose server reads its key (Azure's `api-key`)."""
         if (route := self._exact.get(path)) is not None:
@@ -144,7 +144,7 @@ class RouteTable:
                 return route
         return self.default
 
-    def for_format(self, name: str) -> Route | None:
+    def for_format(self, name: str) -> FormatRoute | None:
         """The first route of the format named `name` (the dry run's `format` field)."""
         return self._by_format.get(name)
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from proxy.counting.tokens import token_count
 from proxy.run.agents import VENDOR_MODELS, Target, default_model, launch
 
 START_TIMEOUT_S = 30.0
@@ -179,7 +180,7 @@ def compacted_window(proxy: str, model: str) -> int | None:
         window = answer.json()["report"]["window"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None
-    return window if isinstance(window, int) and window > 0 else None
+    return token_count(window)
 
 
 def exit_status(returncode: int) -> int:

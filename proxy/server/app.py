@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from proxy import __version__
 from proxy.errors import ErrorShape, ProxyError, error_response
-from proxy.formats import Passthrough, Route, RouteTable
+from proxy.formats import FormatRoute, Passthrough, RouteTable
 from proxy.metrics import Metrics
 from proxy.server.dry_run import dry_run, dry_run_for
 from proxy.server.intake import raw_path
@@ -105,7 +105,7 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 ErrorHandler = Callable[[Request, Exception], Coroutine[Any, Any, Response]]
 
 
-def compacting(pipeline: Pipeline, route: Route) -> Handler:
+def compacting(pipeline: Pipeline, route: FormatRoute) -> Handler:
     async def compact_route(request: Request) -> Response:
         return await pipeline.compact_and_forward(request, route)
 

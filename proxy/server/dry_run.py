@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from proxy.engine.jsonbody import dump_json, parse_json_object
 from proxy.errors import ProxyError
-from proxy.formats import Route
+from proxy.formats import FormatRoute
 from proxy.server.intake import read_json_body
 from proxy.server.pipeline import Pipeline
 
@@ -51,7 +51,7 @@ def dry_run_for(pipeline: Pipeline) -> Handler:
 
 
 async def compact_report(
-    pipeline: Pipeline, request: Request, route: Route, body: dict[str, Any], params: dict[str, str]
+    pipeline: Pipeline, request: Request, route: FormatRoute, body: dict[str, Any], params: dict[str, str]
 ) -> Response:
     """What the proxy would send on `route`, without calling the upstream."""
     wire = route.format

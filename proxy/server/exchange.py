@@ -9,7 +9,7 @@ from typing import Any
 from proxy.bridges.base import Bridge
 from proxy.engine.chat import ChatPlan
 from proxy.engine.jsonbody import dump_json
-from proxy.formats import Conversation, Route
+from proxy.formats import Conversation, FormatRoute
 from proxy.formats.reports import AnswerReport
 from proxy.server.live import Record
 
@@ -20,7 +20,7 @@ class Exchange:
     the neutral conversation read from them, and the bridge it takes to a server of another API
     (none: its route's own way)."""
 
-    route: Route
+    route: FormatRoute
     path: str
     raw: bytes
     body: dict[str, Any]

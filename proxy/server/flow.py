@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from uvicorn.protocols.http.flow_control import FlowControl
 
-from proxy.errors import error_body
+from proxy.errors import openai_error_body
 
 PROBE_PATHS = frozenset({b"/healthz", b"/readyz", b"/metrics"})
 OVERLOADED = "The proxy has too many open connections; try again later."
@@ -113,7 +113,7 @@ def reserve_of(server_state: Any, size: int) -> ProbeReserve:
 
 async def answer_overloaded(scope: Any, receive: Any, send: Any) -> None:
     """503 in OpenAI's error shape, and the connection closed: a request past the cap not for a probe."""
-    body = error_body(OVERLOADED, type="server_error", code="overloaded")
+    body = openai_error_body(OVERLOADED, type="server_error", code="overloaded")
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", b"%d" % len(body)),

@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from proxy.formats import RouteTable
 from proxy.settings import Settings
-from proxy.upstream.forwarding import CREDENTIAL_HEADERS, Upstream
+from proxy.upstream.forwarding import BEARER_OR_GOOGLE_KEY, CREDENTIAL_HEADERS, Upstream, credential_headers
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -39,7 +39,7 @@ class UpstreamHeaders:
         when one is configured, else the client's bearer token (or Gemini API key) unless it was the
         proxy's own key."""
         headers = self.for_request(request, key_header=b"authorization")
-        return [(k, v) for k, v in headers if k.lower() in (b"authorization", b"x-goog-api-key")]
+        return credential_headers(headers, BEARER_OR_GOOGLE_KEY)
 
     def for_summary(self, request: Request) -> Headers:
         """What a summary request carries: the summary key when one is configured, nothing for another

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from proxy.bridges.choice import Bridges
-from proxy.bridges.ollama.upstream import OllamaUpstream
+from proxy.bridges.ollama.detection import OllamaUpstream
 from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
 from proxy.metrics import Metrics

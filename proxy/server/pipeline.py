@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-import urllib.parse
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +25,7 @@ from proxy.engine.jsonbody import dump_json, parse_json_object
 from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
-from proxy.formats import Conversation, Route, WireFormat
+from proxy.formats import Conversation, FormatRoute, WireFormat
 from proxy.formats.reports import ReportsContextEdits
 from proxy.server.exchange import Exchange
 from proxy.server.intake import (
@@ -69,13 +68,13 @@ class Pipeline:
         settings = parts.settings
         self.remote_compaction = RemoteCompaction.from_settings(settings)
         self._upstream_server = {
-            "upstream_host": (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower(),
+            "upstream_host": settings.upstream_host,
             "upstream_kind": settings.upstream_kind,
         }
 
     # ------------------------------------------------------------------ the compacted route
 
-    async def compact_and_forward(self, request: Request, route: Route) -> Response:
+    async def compact_and_forward(self, request: Request, route: FormatRoute) -> Response:
         """Read the request into the neutral conversation, compact it, forward it, relay the answer."""
         raw = await self.read(request)
         body = await self.decode(raw)
@@ -84,7 +83,7 @@ class Pipeline:
                 body, raw = expanded, dump_json(expanded)
             if self.remote_compaction.is_trigger(body):
                 return await self.remote_compaction.answer(self, request, route, body)
-        path = route.upstream or raw_path(request)
+        path = route.upstream_path or raw_path(request)
         original = body
         if len(raw) >= OFFLOAD_BYTES:  # a large body is read item by item in a worker thread too
             adapted = await self.planner.in_thread(self.adapt, route.format, body, raw, request.path_params)
@@ -132,7 +131,7 @@ class Pipeline:
         return body, raw, conversation
 
     async def plan(
-        self, request: Request, route: Route, body: dict[str, Any], conversation: Conversation
+        self, request: Request, route: FormatRoute, body: dict[str, Any], conversation: Conversation
     ) -> tuple[ChatPlan, Bridge | None]:
         """The engine's plan for the window the request will get, and the bridge it takes to a server
         of another API (chosen once, here), if any."""
@@ -310,7 +309,7 @@ class Pipeline:
         self.records.answered(exchange.record, reported, tail, truncation)
         return truncation
 
-    async def forward(self, request: Request, path: str, content: bytes, route: Route) -> Response:
+    async def forward(self, request: Request, path: str, content: bytes, route: FormatRoute) -> Response:
         """A compacted route's request the proxy leaves alone, sent as it came."""
         response = await self.send(request, path, content, route.format.name, from_root=route.from_root)
         return await self.relay(request, response, None)

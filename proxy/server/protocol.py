@@ -40,16 +40,18 @@ its liveness probe; past those a new connection gets 503 and is closed at once.
 from __future__ import annotations
 
 import asyncio
-import os
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httptools
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from proxy.errors import error_body
+from proxy.errors import openai_error_body
 from proxy.server.flow import OVERLOADED, PROBE_PATHS, HeldFlow, answer_overloaded, reserve_of
+from proxy.settings import Settings
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_HEADER_TIMEOUT = 10.0
@@ -67,18 +69,45 @@ CHUNKED_END = b"0\r\n\r\n"
 REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 
 
-class LimitedHttpToolsProtocol(HttpToolsProtocol):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        env = os.environ
-        self.max_header_bytes = int(env.get("COMPACT_MAX_HEADER_BYTES", DEFAULT_MAX_HEADER_BYTES))
-        self.header_timeout = float(env.get("COMPACT_HEADER_TIMEOUT", DEFAULT_HEADER_TIMEOUT))
-        self.body_timeout = float(env.get("COMPACT_BODY_TIMEOUT", DEFAULT_BODY_TIMEOUT))
-        self.max_client_connections = int(
-            env.get("COMPACT_MAX_CLIENT_CONNECTIONS", DEFAULT_MAX_CLIENT_CONNECTIONS)
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    """The limits on one worker's clients (the `COMPACT_*` settings of the same names)."""
+
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    max_client_connections: int = DEFAULT_MAX_CLIENT_CONNECTIONS
+    min_body_rate: float = DEFAULT_MIN_BODY_RATE
+    min_body_rate_grace: float = DEFAULT_MIN_BODY_RATE_GRACE
+
+    @classmethod
+    def of(cls, settings: Settings) -> ClientLimits:
+        return cls(
+            settings.max_header_bytes,
+            settings.header_timeout,
+            settings.body_timeout,
+            settings.max_client_connections,
+            settings.min_body_rate,
+            settings.min_body_rate_grace,
         )
-        self.min_body_rate = float(env.get("COMPACT_MIN_BODY_RATE", DEFAULT_MIN_BODY_RATE))
-        self.min_rate_grace = float(env.get("COMPACT_MIN_BODY_RATE_GRACE", DEFAULT_MIN_BODY_RATE_GRACE))
+
+
+def protocol_with(limits: ClientLimits) -> Callable[..., LimitedHttpToolsProtocol]:
+    """The protocol for uvicorn's `http` option, with `limits`. A partial of a module-level class and
+    a dataclass pickles, so it reaches each `--workers` process (spawned, with uvicorn's config)."""
+    return functools.partial(LimitedHttpToolsProtocol, limits=limits)
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    def __init__(self, *args: Any, limits: ClientLimits | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        limits = limits or ClientLimits()
+        self.max_header_bytes = limits.max_header_bytes
+        self.header_timeout = limits.header_timeout
+        self.body_timeout = limits.body_timeout
+        self.max_client_connections = limits.max_client_connections
+        self.min_body_rate = limits.min_body_rate
+        self.min_rate_grace = limits.min_body_rate_grace
         self.reserve = reserve_of(self.server_state, PROBE_RESERVE)
         self.probe_only = False  # accepted past the cap: a probe path, or 503
         self.in_head = True  # from the connection's start or a message's end to the next head's end
@@ -315,7 +344,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         started = self.cycle is not None and self.cycle.response_started
         if not started:
             kind = "server_error" if status >= 500 else "invalid_request_error"
-            body = error_body(message, type=kind, code=code)
+            body = openai_error_body(message, type=kind, code=code)
             head = (
                 b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, REASONS[status])
                 + b"connection: close\r\ncontent-length: "

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import logging
 import secrets
-import urllib.parse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.formats import Route
+from proxy.formats import FormatRoute
 from proxy.formats.responses_compaction import (
     compaction_answer,
     expand,
@@ -47,13 +46,12 @@ class RemoteCompaction:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RemoteCompaction:
-        host = (urllib.parse.urlsplit(settings.upstream_url).hostname or "").lower()
         mode = settings.remote_compaction
-        active = mode == "proxy" or (mode == "auto" and host != "api.openai.com")
+        active = mode == "proxy" or (mode == "auto" and settings.upstream_host != "api.openai.com")
         key = settings.compaction_key.get_secret_value().encode() if settings.compaction_key else None
         return cls(active, key or secrets.token_bytes(32), settings.max_body_bytes)
 
-    def applies(self, route: Route) -> bool:
+    def applies(self, route: FormatRoute) -> bool:
         return self.active and route.format.name == "responses"
 
     def expand(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -65,7 +63,7 @@ class RemoteCompaction:
         return is_trigger(body)
 
     async def answer(
-        self, pipeline: Pipeline, request: Request, route: Route, body: dict[str, Any]
+        self, pipeline: Pipeline, request: Request, route: FormatRoute, body: dict[str, Any]
     ) -> Response:
         """The `compaction` item for a trigger: the history compacted by the proxy's engine for a
         window of `SHRINK` times its size, sealed."""

@@ -32,6 +32,10 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024
 # body actually sent (a streamed response puts the upstream's content-length back: its body is the same).
 # Where clients put their key: OpenAI's Bearer, Anthropic's, Azure's and Google's own headers.
 CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"x-goog-api-key"})
+# What the proxy's own calls to a server carry of a request's credentials: its bearer token (and, to
+# the upstream's probes, a Gemini API key).
+BEARER = frozenset({b"authorization"})
+BEARER_OR_GOOGLE_KEY = frozenset({b"authorization", b"x-goog-api-key"})
 HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -49,6 +53,17 @@ HOP_BY_HOP = frozenset(
         b"expect",  # the proxy has read the whole body already: no 100-continue round trip upstream
     }
 )
+
+
+def root_url(base_url: str) -> str:
+    """The server's root from its configured base URL: without a trailing `/` and without the `/v1`
+    of an OpenAI-compatible base (Ollama's native `/api/...`, llama.cpp's `/props` are there)."""
+    return base_url.rstrip("/").removesuffix("/v1")
+
+
+def credential_headers(headers: RawHeaders, names: frozenset[bytes] = BEARER) -> list[tuple[bytes, bytes]]:
+    """The headers among `headers` named in `names` (the bearer token by default), as they came."""
+    return [(name, value) for name, value in headers if name.lower() in names]
 
 
 def build_transport(settings: Settings) -> httpx.AsyncBaseTransport:
@@ -115,7 +130,7 @@ class Upstream:
     ) -> None:
         self.transport = transport
         self.base_url = base_url.rstrip("/")
-        self.root_url = self.base_url.removesuffix("/v1")
+        self.root_url = root_url(base_url)
         self.api_key = api_key.encode() if api_key else None
         self.extensions = {"timeout": (timeout or httpx.Timeout(60.0)).as_dict()}
         self._urls: dict[str, httpx.URL] = {}

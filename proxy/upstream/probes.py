@@ -25,7 +25,14 @@ import httpx
 import orjson
 
 from proxy.counting.cache import ModelTable
-from proxy.upstream.forwarding import AnswerTooLarge, read_decoded
+from proxy.counting.tokens import token_count
+from proxy.upstream.forwarding import (
+    BEARER_OR_GOOGLE_KEY,
+    AnswerTooLarge,
+    credential_headers,
+    read_decoded,
+    root_url,
+)
 
 log = logging.getLogger("proxy.probes")
 
@@ -48,10 +55,6 @@ class DetectedWindow:
     source: str
 
 
-def _positive_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
 def window_from_models(payload: Any, model: str) -> DetectedWindow | None:
     """From an OpenAI-style model list: the entry named `model` (or the only entry)."""
     data = payload.get("data") if isinstance(payload, dict) else None
@@ -61,7 +64,7 @@ def window_from_models(payload: Any, model: str) -> DetectedWindow | None:
     matches = [e for e in entries if e.get("id") == model] or (entries if len(entries) == 1 else [])
     for entry in matches:
         for name in MODEL_LENGTH_FIELDS:
-            if tokens := _positive_int(entry.get(name)):
+            if tokens := token_count(entry.get(name)):
                 return DetectedWindow(tokens, f"/v1/models {name}")
     return None
 
@@ -71,7 +74,7 @@ def window_from_llama_props(payload: Any) -> DetectedWindow | None:
     if not isinstance(payload, dict):
         return None
     settings = payload.get("default_generation_settings")
-    if isinstance(settings, dict) and (tokens := _positive_int(settings.get("n_ctx"))):
+    if isinstance(settings, dict) and (tokens := token_count(settings.get("n_ctx"))):
         return DetectedWindow(tokens, "llama.cpp /props n_ctx")
     return None
 
@@ -81,7 +84,7 @@ def window_from_ollama_ps(payload: Any, model: str) -> DetectedWindow | None:
     models = payload.get("models") if isinstance(payload, dict) else None
     for entry in models if isinstance(models, list) else ():
         named = isinstance(entry, dict) and model in (entry.get("name"), entry.get("model"))
-        if named and (tokens := _positive_int(entry.get("context_length"))):
+        if named and (tokens := token_count(entry.get("context_length"))):
             return DetectedWindow(tokens, "ollama /api/ps context_length (in effect)")
     return None
 
@@ -107,11 +110,11 @@ def ollama_model_info(payload: Any) -> OllamaModelInfo | None:
     num_ctx = trained = None
     parameters = payload.get("parameters")
     if isinstance(parameters, str) and (match := _NUM_CTX.search(parameters)):
-        num_ctx = _positive_int(int(match.group(1)))
+        num_ctx = token_count(int(match.group(1)))
     info = payload.get("model_info")
     if isinstance(info, dict):
         trained = next(
-            (v for k, v in info.items() if k.endswith(".context_length") and _positive_int(v)), None
+            (v for k, v in info.items() if k.endswith(".context_length") and token_count(v)), None
         )
     return OllamaModelInfo(num_ctx, trained) if num_ctx or trained else None
 
@@ -130,7 +133,7 @@ def window_from_ollama_show(payload: Any) -> DetectedWindow | None:
 
 def window_from_gemini_model(payload: Any) -> DetectedWindow | None:
     """From the Gemini API's `GET /v1beta/models/{model}`: its `inputTokenLimit`."""
-    tokens = _positive_int(payload.get("inputTokenLimit")) if isinstance(payload, dict) else None
+    tokens = token_count(payload.get("inputTokenLimit")) if isinstance(payload, dict) else None
     return DetectedWindow(tokens, "Gemini API inputTokenLimit") if tokens else None
 
 
@@ -188,7 +191,7 @@ class WindowDetector:
     ) -> None:
         self.client = client
         self.base_url = base_url.rstrip("/")
-        self.root_url = self.base_url.removesuffix("/v1")
+        self.root_url = root_url(base_url)
         self.refresh = refresh
         self.clock = clock
         self._cache: ModelTable[tuple[float, DetectedWindow | None]] = ModelTable()
@@ -222,7 +225,7 @@ class WindowDetector:
         return detected
 
     async def _detect(self, model: str, headers: Sequence[tuple[bytes, bytes]]) -> DetectedWindow | None:
-        auth = [(k, v) for k, v in headers if k.lower() in (b"authorization", b"x-goog-api-key")]
+        auth = credential_headers(headers, BEARER_OR_GOOGLE_KEY)
         models = await fetch_json(self.client, "GET", f"{self.base_url}/models", auth)
         if found := window_from_models(models, model):
             return found
@@ -249,13 +252,13 @@ class UpstreamTokenCounter:
 
     def __init__(self, client: httpx.AsyncClient, base_url: str) -> None:
         self.client = client
-        self.root_url = base_url.rstrip("/").removesuffix("/v1")
+        self.root_url = root_url(base_url)
 
     async def count(self, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()) -> int | None:
-        auth = [(k, v) for k, v in headers if k.lower() == b"authorization"]
+        auth = credential_headers(headers)
         request = {key: body[key] for key in ("model", "messages", "tools") if key in body}
         answer = await fetch_json(self.client, "POST", f"{self.root_url}/tokenize", auth, request)
-        if isinstance(answer, dict) and (count := _positive_int(answer.get("count"))):
+        if isinstance(answer, dict) and (count := token_count(answer.get("count"))):
             return count  # vLLM
         templated = await fetch_json(self.client, "POST", f"{self.root_url}/apply-template", auth, request)
         prompt = templated.get("prompt") if isinstance(templated, dict) else None

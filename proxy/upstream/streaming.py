@@ -112,7 +112,7 @@ class StreamedResponse(StreamingResponse):
         keep_length = length is not None and response.status_code not in (204, 304)
         dropped = HOP_BY_HOP - {b"content-length"} if keep_length else HOP_BY_HOP
         self.raw_headers = response_headers(response, extra, dropped=dropped)
-        self.upstream = response
+        self.response = response
         self.on_complete = on_complete if response.is_success else None
         self.metrics = metrics
         # An error event can be added to a plain SSE or NDJSON stream only: not to a compressed one,
@@ -166,7 +166,7 @@ class StreamedResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             with contextlib.suppress(httpx.HTTPError):  # a broken stream is closed: said already
-                await self.upstream.aclose()
+                await self.response.aclose()
             if self.metrics:
                 self.metrics.streams_open.dec()
 

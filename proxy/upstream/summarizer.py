@@ -21,6 +21,7 @@ from proxy.counting.tokens import RequestCounter
 from proxy.engine.chat import ChatPlan
 from proxy.engine.compaction import with_marker_texts
 from proxy.engine.summary import Chunk, chunks, summary_message, summary_request
+from proxy.upstream.forwarding import credential_headers
 from proxy.upstream.probes import fetch
 
 log = logging.getLogger("proxy.summarizer")
@@ -127,7 +128,7 @@ class Summarizer:
         self, transcript: str, previous: str | None, model: str, headers: Sequence[tuple[bytes, bytes]]
     ) -> str:
         body = summary_request(transcript, previous, model=model, max_tokens=self.max_tokens)
-        auth = [(k, v) for k, v in headers if k.lower() == b"authorization"]
+        auth = credential_headers(headers)
         answer = await fetch(
             self.client,
             "POST",

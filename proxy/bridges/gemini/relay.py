@@ -71,7 +71,7 @@ class _SseResponse(StreamingResponse):
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", **answer.headers},
         )
-        self.upstream = response
+        self.response = response
         self.metrics: Metrics = answer.metrics
 
     async def _events(
@@ -104,5 +104,5 @@ class _SseResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             with contextlib.suppress(httpx.HTTPError):
-                await self.upstream.aclose()
+                await self.response.aclose()
             self.metrics.streams_open.dec()

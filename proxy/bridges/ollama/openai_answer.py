@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import error_body
+from proxy.errors import openai_error_body
 
 Body = dict[str, Any]
 
@@ -97,7 +97,7 @@ def error_from_ollama(status: int, content: bytes) -> bytes:
         message = content.decode("utf-8", "replace").strip() or f"The upstream answered {status}."
     kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
     code = "context_length_exceeded" if "context length" in message else None
-    return error_body(message, type=kind, code=code)
+    return openai_error_body(message, type=kind, code=code)
 
 
 @dataclass
@@ -127,7 +127,9 @@ class SseTranslator:
         if "error" in answer:
             self.done = True
             error = answer["error"] if isinstance(answer["error"], str) else str(answer["error"])
-            return b"data: " + error_body(error, type="api_error", code="upstream_stream_error") + b"\n\n"
+            return (
+                b"data: " + openai_error_body(error, type="api_error", code="upstream_stream_error") + b"\n\n"
+            )
         self.model = answer.get("model") or self.model
         message = _message(answer)
         out = []

@@ -24,7 +24,7 @@ from proxy.bridges.ollama.openai_answer import (
     completion_id,
     error_from_ollama,
 )
-from proxy.errors import error_body
+from proxy.errors import openai_error_body
 from proxy.metrics import Metrics
 from proxy.upstream.forwarding import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
 
@@ -47,7 +47,7 @@ async def relay_from_ollama(response: httpx.Response, bridge: OllamaBridge, rela
             content = await read_decoded(response, MAX_ANSWER_BYTES)
     except ValueError as exc:  # too large, or a coding the proxy cannot undo
         log.warning("Ollama's answer could not be read: %s", exc)
-        body = error_body(
+        body = openai_error_body(
             "The upstream's answer could not be read.", type="upstream_error", code="bad_upstream_answer"
         )
         return Response(body, status_code=502, media_type="application/json", headers=headers)
@@ -63,7 +63,7 @@ async def relay_from_ollama(response: httpx.Response, bridge: OllamaBridge, rela
     except orjson.JSONDecodeError:
         answer = None
     if not isinstance(answer, dict):
-        body = error_body(
+        body = openai_error_body(
             "The upstream's answer is not JSON.", type="upstream_error", code="bad_upstream_answer"
         )
         return Response(body, status_code=502, media_type="application/json", headers=headers)
@@ -106,7 +106,7 @@ class SseResponse(StreamingResponse):
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", **headers},
         )
-        self.upstream = response
+        self.response = response
         self.metrics = metrics
 
     async def _events(
@@ -130,5 +130,5 @@ class SseResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             with contextlib.suppress(httpx.HTTPError):
-                await self.upstream.aclose()
+                await self.response.aclose()
             self.metrics.streams_open.dec()

@@ -24,16 +24,14 @@ import orjson
 from proxy.bridges.ollama.bridge import OllamaBridge
 from proxy.bridges.ollama.native_request import to_ollama_chat
 from proxy.counting.cache import ModelTable
+from proxy.counting.tokens import token_count
 from proxy.settings import Settings
+from proxy.upstream.forwarding import credential_headers, root_url
 from proxy.upstream.probes import fetch, fetch_json, ollama_model_info, short
 
 log = logging.getLogger("proxy.ollama")
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
-
-
-def _auth(headers: RawHeaders) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in headers if k.lower() == b"authorization"]
 
 
 class OllamaUpstream:
@@ -52,7 +50,7 @@ class OllamaUpstream:
         self.client = client
         self.settings = settings
         # The upstream may be given as Ollama's root or as its OpenAI-compatible `.../v1`.
-        self.root_url = settings.upstream_url.rstrip("/").removesuffix("/v1")
+        self.root_url = root_url(settings.upstream_url)
         self.refresh = refresh
         self.clock = clock
         self._kind: bool | None = {"ollama": True, "openai": False, "anthropic": False}.get(
@@ -71,7 +69,7 @@ class OllamaUpstream:
         return bool(self._kind)
 
     async def _ask_kind(self, headers: RawHeaders) -> None:
-        answer = await fetch(self.client, "GET", f"{self.root_url}/api/version", _auth(headers))
+        answer = await fetch(self.client, "GET", f"{self.root_url}/api/version", credential_headers(headers))
         if answer is None:  # no answer (yet): not Ollama for now, asked again later
             log.warning("could not ask the upstream whether it is Ollama")
             self._kind_retry = self.clock() + self.refresh
@@ -93,8 +91,7 @@ class OllamaUpstream:
         if to_ollama_chat(body, num_ctx=1) is None:
             return None
         options = body.get("options")
-        asked = options.get("num_ctx") if isinstance(options, dict) else None
-        if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
+        if asked := token_count(options.get("num_ctx") if isinstance(options, dict) else None):
             return OllamaBridge.for_request(body, asked)  # the client set it (`extra_body`): it wins
         return OllamaBridge.for_request(body, await self.num_ctx(str(body.get("model") or ""), headers))
 
@@ -116,7 +113,7 @@ class OllamaUpstream:
         if self.clock() < (self._window_retry.get(model) or 0.0):
             return min(configured.window, self.settings.ollama_max_num_ctx)
         show = await fetch_json(
-            self.client, "POST", f"{self.root_url}/api/show", _auth(headers), {"model": model}
+            self.client, "POST", f"{self.root_url}/api/show", credential_headers(headers), {"model": model}
         )
         info = ollama_model_info(show)
         if info is None:
