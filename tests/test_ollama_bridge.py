@@ -262,7 +262,7 @@ def test_a_stream_error_line_becomes_an_error_event() -> None:
     first = translator.line(b'{"model":"m","message":{"role":"assistant","content":"Hi"},"done":false}')
     error = translator.line(b'{"error":"an error was encountered while running the model"}')
     assert first.startswith(b"data: ") and b'"role":"assistant"' in first
-    event = json.loads(error.removeprefix(b"data: "))
+    event = json.loads(error.strip().removeprefix(b"data: "))
     assert event["error"]["message"] == "an error was encountered while running the model"
     assert translator.line(b'{"done":true}') == b"", "nothing after the error"
 

@@ -23,7 +23,7 @@ from proxy.bridges.ollama.upstream import OllamaUpstream
 from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
 from proxy.metrics import Metrics
-from proxy.server.headers import UpstreamHeaders
+from proxy.server.flight import Credentials
 from proxy.server.live import Records
 from proxy.server.readiness import Readiness
 from proxy.settings import Settings
@@ -47,7 +47,7 @@ class Parts:
     ollama: OllamaUpstream
     bridges: Bridges  # which bridge a request takes, if any (Ollama's is one)
     summarizer: Summarizer | None
-    headers: UpstreamHeaders
+    credentials: Credentials  # the headers of a request's calls upstream
     readiness: Readiness
     api_keys: list[bytes]  # the keys clients give the proxy itself
     records: Records  # what the live page shows
@@ -99,7 +99,7 @@ class Parts:
             ollama=ollama,
             bridges=Bridges(settings, ollama),
             summarizer=summarizer,
-            headers=UpstreamHeaders(settings, upstream, routes),
+            credentials=Credentials(settings, upstream),
             readiness=Readiness(upstream, needs_upstream=settings.ready_needs_upstream),
             api_keys=[key.get_secret_value().encode() for key in settings.api_keys],
             records=records,
