@@ -75,13 +75,13 @@ class Parts:
             share_learning(shared, planner, detector, ollama)
         summarizer = summarizer_for(settings, http)
         for name, table in (
-            ("windows", detector._cache),
-            ("ollama_windows", ollama._windows),
-            ("ollama_unknown", ollama._window_retry),
+            ("windows", detector.cache),
+            ("ollama_windows", ollama.windows),
+            ("ollama_unknown", ollama.window_retry),
             ("calibration", planner.calibrator),
             ("seen_windows", planner.seen_windows),
             ("notes", planner.notes),
-            ("upstream_urls", upstream._urls),
+            ("upstream_urls", upstream.urls),
         ):
             metrics.watch_table(name, functools.partial(len, table))
         metrics.watch_table_bytes("notes", lambda: planner.notes.bytes)
@@ -163,8 +163,8 @@ def share_learning(
         expires, tokens, source = value
         return detector.clock() + float(expires) - time.time(), DetectedWindow(int(tokens), str(source))
 
-    detector._cache = SharedTable(shared, "windows", encode=encode, decode=decode)
-    ollama._windows = SharedTable(
+    detector.cache = SharedTable(shared, "windows", encode=encode, decode=decode)
+    ollama.windows = SharedTable(
         shared,
         "ollama_windows",
         encode=int,

@@ -191,11 +191,11 @@ class WindowDetector:
         self.root_url = self.base_url.removesuffix("/v1")
         self.refresh = refresh
         self.clock = clock
-        self._cache: ModelTable[tuple[float, DetectedWindow | None]] = ModelTable()
+        self.cache: ModelTable[tuple[float, DetectedWindow | None]] = ModelTable()
         self._pending: dict[str, asyncio.Future[DetectedWindow | None]] = {}
 
     async def window(self, model: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> DetectedWindow | None:
-        cached = self._cache.get(model)
+        cached = self.cache.get(model)
         if cached and self.clock() < cached[0]:
             return cached[1]
         if model in self._pending:
@@ -217,7 +217,7 @@ class WindowDetector:
             log.warning(
                 "could not detect the window of model %r; using the configured fallback", short(model)
             )
-        self._cache[model] = (self.clock() + self.refresh, detected)
+        self.cache[model] = (self.clock() + self.refresh, detected)
         future.set_result(detected)
         return detected
 
