@@ -83,18 +83,18 @@ class Pipeline:
         else:
             adapted = self.adapt(route.format, body, flight.raw, request.path_params)
         flight.body, flight.raw, flight.conversation = adapted
-        if flight.conversation is None:  # the server keeps or compacts this history itself
+        conversation = flight.conversation
+        if conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(flight))
         flight.way = direct_way(flight, original)
         plan = flight.plan = await self.summarise(flight, await self.plan(flight))
-        conversation = flight.conversation
         flight.record = self.parts.records.add(
             request.scope["headers"], route.format.name, conversation, plan
         )
         self.check_overflow(flight)
         self.log_plan(flight)
         response = await until_disconnect(request, self.send_compacted(flight))
-        if large:  # its million objects freed off the loop, a few at a time
+        if len(flight.raw) >= OFFLOAD_BYTES:  # its million objects freed off the loop, a few at a time
             big = [flight.body, conversation.request, conversation.sources, plan.result.messages]
             del body, original, conversation, plan, adapted, flight
             self.parts.planner.offloader.release(big)
