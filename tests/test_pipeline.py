@@ -19,7 +19,8 @@ from proxy.metrics import Metrics
 from proxy.server.flight import Flight
 from proxy.server.parts import Parts
 from proxy.server.pipeline import Pipeline
-from proxy.upstream.way import READ, Direct, Passing
+from proxy.server.ways import Direct, Passing
+from proxy.upstream.way import READ
 from tests.support.conversations import bike_shop_chat
 from tests.support.fakes import ClosingStream, RecordingUpstream, completion, make_settings
 

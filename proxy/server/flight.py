@@ -19,9 +19,10 @@ from proxy.engine.chat import ChatPlan
 from proxy.formats import Conversation, Route
 from proxy.server.intake import raw_path
 from proxy.server.live import Record
+from proxy.server.ways import Passing
 from proxy.settings import Settings
 from proxy.upstream.forwarding import CREDENTIAL_HEADERS, Upstream
-from proxy.upstream.way import Passing, Way
+from proxy.upstream.way import Way
 
 Headers = list[tuple[bytes, bytes]]
 PASSTHROUGH = "passthrough"  # the metrics label of a request sent as it came

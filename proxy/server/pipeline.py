@@ -8,7 +8,7 @@ the request is read, filled in step by step). `compact_and_forward` is the whole
 `forward_as_is` every other route. The dry run `/compact` takes the first steps (`dry_run.py`).
 
 Where a request goes and how its answer comes back is its way (`proxy.upstream.way`): the route's
-own (`Direct`), a bridge to a server of another API (chosen by `plan`), or as it came (`Passing`).
+own (`proxy.server.ways.Direct`), a bridge to a server of another API (chosen by `plan`), or as it came (`Passing`).
 The steps send and relay over it without knowing which it is.
 """
 
@@ -43,9 +43,10 @@ from proxy.server.intake import (
 from proxy.server.logs import request_id
 from proxy.server.parts import Parts
 from proxy.server.remote_compaction import RemoteCompaction
+from proxy.server.ways import Direct, Passing
 from proxy.upstream.prompt_reports import Truncation
 from proxy.upstream.streaming import read_raw
-from proxy.upstream.way import Answer, Direct, Passing, read_already
+from proxy.upstream.way import Answer, read_already
 
 log = logging.getLogger("proxy")
 
