@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from proxy.bridges.ollama.openai_answer import SseTranslator
 from proxy.counting.calibration import truncated_window
+from proxy.formats import CHAT
 from proxy.server.app import create_app
 from proxy.settings import Settings, describe_validation_error
 from tests.support.fakes import RecordingUpstream, completion, make_settings, proxy_client, sse_chunks
@@ -262,8 +263,9 @@ def test_a_stream_error_line_becomes_an_error_event() -> None:
     first = translator.line(b'{"model":"m","message":{"role":"assistant","content":"Hi"},"done":false}')
     error = translator.line(b'{"error":"an error was encountered while running the model"}')
     assert first.startswith(b"data: ") and b'"role":"assistant"' in first
-    event = json.loads(error.removeprefix(b"data: "))
+    event = json.loads(error.strip().removeprefix(b"data: "))
     assert event["error"]["message"] == "an error was encountered while running the model"
+    assert error == CHAT.stream_error_event(event["error"]["message"]), "the chat format's own event"
     assert translator.line(b'{"done":true}') == b"", "nothing after the error"
 
 

@@ -1,5 +1,5 @@
-"""Which bridge, if any, a compacted request takes: chosen once per request from its route's
-`bridge` name and what the upstream is (`proxy.bridges.base` is the seam)."""
+"""Which way a compacted request takes upstream: a bridge, chosen once per request from its route's
+`bridge` name and what the upstream is, or its route's own (`proxy.bridges.base` is the seam)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from proxy.bridges.gemini.over_ollama import GeminiOverOllama, carried
 from proxy.bridges.ollama.bridge import OllamaBridge
 from proxy.formats import Conversation, FormatRoute
 from proxy.settings import Settings
+from proxy.upstream.way import Way
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
 GOOGLE_HOSTS = ("generativelanguage.googleapis.com", "aiplatform.googleapis.com")
@@ -24,13 +25,19 @@ class OllamaChooser(Protocol):
 
 
 class Bridges:
-    """Chooses a request's bridge, once, from its route's `bridge` name and the upstream."""
+    """Chooses a request's way, once, from its route's `bridge` name and the upstream."""
 
     def __init__(self, settings: Settings, ollama: OllamaChooser) -> None:
         self.ollama = ollama
         self.gemini_native = gemini_native(settings)
 
     async def choose(
+        self, route: FormatRoute, body: Body, conversation: Conversation, credentials: RawHeaders, own: Way
+    ) -> Way:
+        """The bridge the route names, if it applies, else the route's `own` way."""
+        return await self.bridge(route, body, conversation, credentials) or own
+
+    async def bridge(
         self, route: FormatRoute, body: Body, conversation: Conversation, credentials: RawHeaders
     ) -> Bridge | None:
         """`ollama`: an OpenAI chat to Ollama's native API. `gemini`: a Gemini API request to the

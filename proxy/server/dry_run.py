@@ -16,6 +16,7 @@ from starlette.responses import Response
 from proxy.engine.jsonbody import dump_json, parse_json_object
 from proxy.errors import ProxyError
 from proxy.formats import FormatRoute
+from proxy.server.flight import Flight
 from proxy.server.intake import read_json_body
 from proxy.server.pipeline import Pipeline
 
@@ -26,8 +27,8 @@ def dry_run(pipeline: Pipeline) -> Handler:
     async def dry_run(request: Request) -> Response:
         """Compact a request without calling the upstream: the body of a chat request, or of another
         format named by a `format` field (`responses`, `messages`, `ollama`, `azure`)."""
-        table = pipeline.routes
-        body = parse_json_object(await read_json_body(request, pipeline.settings.max_body_bytes))
+        table = pipeline.parts.routes
+        body = parse_json_object(await read_json_body(request, pipeline.parts.settings.max_body_bytes))
         named = body.get("format")
         if isinstance(named, str) and (route := table.for_format(named)) is not None:
             body = {k: v for k, v in body.items() if k != "format"}
@@ -41,10 +42,10 @@ def dry_run_for(pipeline: Pipeline) -> Handler:
     async def dry_run_for(request: Request) -> Response:
         """The dry run for the format a compacted route speaks, e.g. `/compact/v1/messages`."""
         path = request.path_params["path"]
-        matched = pipeline.routes.match("/" + path)
+        matched = pipeline.parts.routes.match("/" + path)
         if matched is None:
             raise ProxyError(404, f"No compacted route /{path}.", code="not_found")
-        body = parse_json_object(await read_json_body(request, pipeline.settings.max_body_bytes))
+        body = parse_json_object(await read_json_body(request, pipeline.parts.settings.max_body_bytes))
         return await compact_report(pipeline, request, matched[0], body, matched[1])
 
     return dry_run_for
@@ -59,7 +60,9 @@ async def compact_report(
     if conversation is None:
         report: dict[str, Any] = {"messages": None, "report": {"compacted": False, "left_alone": True}}
         return Response(dump_json(report), media_type="application/json")
-    plan, _ = await pipeline.plan(request, route, body, conversation)
+    flight = Flight.read(request, route, b"")
+    flight.body, flight.conversation = body, conversation
+    plan = await pipeline.plan(flight)
     report = {"messages": plan.result.messages, "report": plan.report()}
     if route.report_body:
         report["body"] = wire.write(body, conversation, plan) if plan.result.changed else body

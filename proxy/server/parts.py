@@ -23,7 +23,7 @@ from proxy.bridges.ollama.detection import OllamaUpstream
 from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
 from proxy.metrics import Metrics
-from proxy.server.headers import UpstreamHeaders
+from proxy.server.flight import Credentials
 from proxy.server.live import Records
 from proxy.server.live.shared import SharedRecords
 from proxy.server.readiness import Readiness
@@ -48,7 +48,7 @@ class Parts:
     ollama: OllamaUpstream
     bridges: Bridges  # which bridge a request takes, if any (Ollama's is one)
     summarizer: Summarizer | None
-    headers: UpstreamHeaders
+    credentials: Credentials  # the headers of a request's calls upstream
     readiness: Readiness
     api_keys: list[bytes]  # the keys clients give the proxy itself
     records: Records  # what the live page shows
@@ -76,13 +76,13 @@ class Parts:
             share_learning(shared, planner, detector, ollama)
         summarizer = summarizer_for(settings, http)
         for name, table in (
-            ("windows", detector._cache),
-            ("ollama_windows", ollama._windows),
-            ("ollama_unknown", ollama._window_retry),
+            ("windows", detector.cache),
+            ("ollama_windows", ollama.windows),
+            ("ollama_unknown", ollama.window_retry),
             ("calibration", planner.calibrator),
             ("seen_windows", planner.seen_windows),
             ("notes", planner.notes),
-            ("upstream_urls", upstream._urls),
+            ("upstream_urls", upstream.urls),
         ):
             metrics.watch_table(name, functools.partial(len, table))
         metrics.watch_table_bytes("notes", lambda: planner.notes.bytes)
@@ -102,7 +102,7 @@ class Parts:
             ollama=ollama,
             bridges=Bridges(settings, ollama),
             summarizer=summarizer,
-            headers=UpstreamHeaders(settings, upstream, routes),
+            credentials=Credentials(settings, upstream),
             readiness=Readiness(upstream, needs_upstream=settings.ready_needs_upstream),
             api_keys=[key.get_secret_value().encode() for key in settings.api_keys],
             records=records,
@@ -166,8 +166,8 @@ def share_learning(
         expires, tokens, source = value
         return detector.clock() + float(expires) - time.time(), DetectedWindow(int(tokens), str(source))
 
-    detector._cache = SharedTable(shared, "windows", encode=encode, decode=decode)
-    ollama._windows = SharedTable(
+    detector.cache = SharedTable(shared, "windows", encode=encode, decode=decode)
+    ollama.windows = SharedTable(
         shared,
         "ollama_windows",
         encode=int,

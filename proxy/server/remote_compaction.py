@@ -72,14 +72,14 @@ class RemoteCompaction:
         history, _, conversation = pipeline.adapt(wire, history, b"", dict(request.path_params))
         items = history["input"]
         if conversation is not None:
-            credentials = pipeline.credentials(request)
-            first = await pipeline.planner.plan(conversation.request, credentials)
+            credentials = pipeline.parts.credentials.credentials(request)
+            first = await pipeline.parts.planner.plan(conversation.request, credentials)
             window = max(1, int(first.result.tokens_before * SHRINK))
-            plan = await pipeline.planner.plan(conversation.request, credentials, window_tokens=window)
+            plan = await pipeline.parts.planner.plan(conversation.request, credentials, window_tokens=window)
             if plan.result.changed:
                 items = wire.write(history, conversation, plan)["input"]
             before, after = plan.result.tokens_before, plan.result.tokens_after
-            pipeline.metrics.record_compaction(plan.result)
+            pipeline.parts.metrics.record_compaction(plan.result)
             log.info(
                 "Answered a remote compaction (compaction_trigger) in the server's place. %s", plan.summary()
             )

@@ -10,7 +10,7 @@ All I/O goes through one injected httpx transport, so tests swap it instead of p
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import httpx
@@ -134,6 +134,11 @@ class Upstream:
         self.api_key = api_key.encode() if api_key else None
         self.extensions = {"timeout": (timeout or httpx.Timeout(60.0)).as_dict()}
         self._urls: dict[str, httpx.URL] = {}
+
+    @property
+    def urls(self) -> Mapping[str, httpx.URL]:
+        """The URLs built so far, by path (the metrics count them)."""
+        return self._urls
 
     def url(self, path: str, query: bytes = b"", *, from_root: bool = False) -> httpx.URL:
         """The upstream URL for `path`, relative to the upstream's base (e.g. `/chat/completions`), or

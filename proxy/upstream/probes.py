@@ -113,9 +113,7 @@ def ollama_model_info(payload: Any) -> OllamaModelInfo | None:
         num_ctx = token_count(int(match.group(1)))
     info = payload.get("model_info")
     if isinstance(info, dict):
-        trained = next(
-            (v for k, v in info.items() if k.endswith(".context_length") and token_count(v)), None
-        )
+        trained = next((v for k, v in info.items() if k.endswith(".context_length") and token_count(v)), None)
     return OllamaModelInfo(num_ctx, trained) if num_ctx or trained else None
 
 
@@ -194,11 +192,11 @@ class WindowDetector:
         self.root_url = root_url(base_url)
         self.refresh = refresh
         self.clock = clock
-        self._cache: ModelTable[tuple[float, DetectedWindow | None]] = ModelTable()
+        self.cache: ModelTable[tuple[float, DetectedWindow | None]] = ModelTable()
         self._pending: dict[str, asyncio.Future[DetectedWindow | None]] = {}
 
     async def window(self, model: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> DetectedWindow | None:
-        cached = self._cache.get(model)
+        cached = self.cache.get(model)
         if cached and self.clock() < cached[0]:
             return cached[1]
         if model in self._pending:
@@ -220,7 +218,7 @@ class WindowDetector:
             log.warning(
                 "could not detect the window of model %r; using the configured fallback", short(model)
             )
-        self._cache[model] = (self.clock() + self.refresh, detected)
+        self.cache[model] = (self.clock() + self.refresh, detected)
         future.set_result(detected)
         return detected
 

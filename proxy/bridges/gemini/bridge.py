@@ -47,7 +47,7 @@ class GeminiChatBridge:
             out.append((b"authorization", b"Bearer " + key))
         return out, b""
 
-    def content(self, body: Body, conversation: Conversation, plan: ChatPlan) -> bytes:
+    def content(self, raw: bytes, body: Body, conversation: Conversation, plan: ChatPlan) -> bytes:
         return orjson.dumps(chat_request(body, conversation, plan, stream=self.streamed))
 
     async def relay(self, response: httpx.Response, answer: Answer) -> Response:

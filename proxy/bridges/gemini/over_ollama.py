@@ -14,7 +14,7 @@ import httpx
 import orjson
 from starlette.responses import Response
 
-from proxy.bridges.base import TRUNCATED_HEADER, Answer, Body, Headers
+from proxy.bridges.base import Answer, Body, Headers
 from proxy.bridges.gemini.bridge import GeminiChatBridge
 from proxy.bridges.gemini.chat_request import chat_body, chat_request
 from proxy.bridges.gemini.gemini_answer import StreamTranslator, error_from_chat, generate_response
@@ -68,15 +68,13 @@ class GeminiOverOllama:
     def outgoing(self, headers: Headers, query: bytes) -> tuple[Headers, bytes]:
         return self.gemini.outgoing(headers, query)
 
-    def content(self, body: Body, conversation: Conversation, plan: ChatPlan) -> bytes:
+    def content(self, raw: bytes, body: Body, conversation: Conversation, plan: ChatPlan) -> bytes:
         chat = ollama_chat(chat_request(body, conversation, plan, stream=self.gemini.streamed))
         return self.ollama.request_bytes(chat, plan.max_tokens)
 
     async def relay(self, response: httpx.Response, answer: Answer) -> Response:
         if self.gemini.streamed and response.is_success:
-            return SseResponse(
-                response, GeminiLines(), answer.headers, answer.learn, answer.metrics, answer.stream_error
-            )
+            return SseResponse(response, GeminiLines(), answer)
         try:
             with map_transport_errors():
                 content = await read_decoded(response, MAX_ANSWER_BYTES)
@@ -93,9 +91,7 @@ class GeminiOverOllama:
             native = None
         if not isinstance(native, dict):
             return Response(gemini_error(502, "The upstream's answer is not JSON."), 502, media_type=JSON)
-        headers = answer.headers
-        if answer.learn(native.get("prompt_eval_count")):
-            headers = {**headers, TRUNCATED_HEADER: "true"}
+        headers = answer.whole(native.get("prompt_eval_count"))
         translated = generate_response(chat_completion(native, completion_id()), "")
         return Response(orjson.dumps(translated), media_type=JSON, headers=headers)
 

@@ -17,7 +17,7 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from proxy.bridges.base import TRUNCATED_HEADER, Answer, Learn
+from proxy.bridges.base import Answer, Learn
 from proxy.bridges.gemini.gemini_answer import StreamTranslator, error_from_chat, event, generate_response
 from proxy.formats.gemini import gemini_error
 from proxy.metrics import Metrics
@@ -53,8 +53,7 @@ async def relay_from_chat(response: httpx.Response, streamed: bool, answer: Answ
         body = gemini_error(502, "The upstream's answer is not JSON.")
         return Response(body, status_code=502, media_type=JSON, headers=headers)
     usage = chat.get("usage")
-    if answer.learn(usage.get("prompt_tokens") if isinstance(usage, dict) else None):
-        headers = {**headers, TRUNCATED_HEADER: "true"}
+    headers = answer.whole(usage.get("prompt_tokens") if isinstance(usage, dict) else None)
     translated = generate_response(chat, "")
     if streamed:  # the server answered whole what was asked streamed: one event
         return Response(event(translated), media_type="text/event-stream", headers=headers)
@@ -94,7 +93,7 @@ class _SseResponse(StreamingResponse):
         if not translator.done and translator.finish_reason is not None:
             yield translator.finish()  # a server that sends no `[DONE]`
         if translator.done:
-            learn(translator.prompt_tokens)
+            learn(translator.prompt_tokens, b"")
             return
         yield stream_error("The upstream stream broke off before it was done.")
 

@@ -49,7 +49,7 @@ class OllamaBridge:
     def outgoing(self, headers: Headers, query: bytes) -> tuple[Headers, bytes]:
         return headers, query
 
-    def content(self, body: Body, conversation: Conversation, plan: ChatPlan) -> bytes:
+    def content(self, raw: bytes, body: Body, conversation: Conversation, plan: ChatPlan) -> bytes:
         return self.request_bytes({**body, "messages": plan.result.messages}, plan.max_tokens)
 
     async def relay(self, response: httpx.Response, answer: Answer) -> Response:

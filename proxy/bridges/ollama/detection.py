@@ -58,8 +58,8 @@ class OllamaUpstream:
         )
         self._kind_retry = 0.0
         self._asking = asyncio.Lock()
-        self._windows: ModelTable[int] = ModelTable()
-        self._window_retry: ModelTable[float] = ModelTable()
+        self.windows: ModelTable[int] = ModelTable()
+        self.window_retry: ModelTable[float] = ModelTable()
 
     async def is_ollama(self, headers: RawHeaders = ()) -> bool:
         if self._kind is None and self.clock() >= self._kind_retry:
@@ -105,12 +105,12 @@ class OllamaUpstream:
     async def num_ctx(self, model: str, headers: RawHeaders = ()) -> int:
         """The window `model` runs at when the proxy sends it: chosen once, then kept (only models
         Ollama has are kept, so the table stays as small as its model list)."""
-        if (known := self._windows.get(model)) is not None:
+        if (known := self.windows.get(model)) is not None:
             return known
         configured = self.settings.window_for(model)
         if not configured.auto:
             return configured.window
-        if self.clock() < (self._window_retry.get(model) or 0.0):
+        if self.clock() < (self.window_retry.get(model) or 0.0):
             return min(configured.window, self.settings.ollama_max_num_ctx)
         show = await fetch_json(
             self.client, "POST", f"{self.root_url}/api/show", credential_headers(headers), {"model": model}
@@ -120,7 +120,7 @@ class OllamaUpstream:
             log.warning(
                 "Ollama gave no window for model %r; num_ctx %d for now", short(model), configured.window
             )
-            self._window_retry[model] = self.clock() + self.refresh
+            self.window_retry[model] = self.clock() + self.refresh
             return min(configured.window, self.settings.ollama_max_num_ctx)
         if info.num_ctx:  # Ollama never runs a model past its trained length
             window, why = min(info.num_ctx, info.trained or info.num_ctx), "its Modelfile's num_ctx"
@@ -129,5 +129,5 @@ class OllamaUpstream:
             window = min(trained, self.settings.ollama_max_num_ctx)
             why = f"trained for {trained}, COMPACT_OLLAMA_MAX_NUM_CTX {self.settings.ollama_max_num_ctx}"
         log.info("Ollama model %r runs with num_ctx %d (%s)", short(model), window, why)
-        self._windows[model] = window
+        self.windows[model] = window
         return window

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from proxy.errors import openai_error_body
+from proxy.formats import CHAT
 
 Body = dict[str, Any]
 
@@ -127,9 +128,7 @@ class SseTranslator:
         if "error" in answer:
             self.done = True
             error = answer["error"] if isinstance(answer["error"], str) else str(answer["error"])
-            return (
-                b"data: " + openai_error_body(error, type="api_error", code="upstream_stream_error") + b"\n\n"
-            )
+            return CHAT.stream_error_event(error)  # the OpenAI client's own error event
         self.model = answer.get("model") or self.model
         message = _message(answer)
         out = []

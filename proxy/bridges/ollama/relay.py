@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol
 
 import httpx
@@ -17,7 +17,7 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from proxy.bridges.base import TRUNCATED_HEADER, Answer, Learn
+from proxy.bridges.base import Answer, Learn
 from proxy.bridges.ollama.openai_answer import (
     SseTranslator,
     chat_completion,
@@ -38,10 +38,10 @@ MAX_LINE_BYTES = 16 * 1024 * 1024  # one NDJSON event: a chunk of a reply, never
 
 async def relay_from_ollama(response: httpx.Response, bridge: OllamaBridge, relay: Answer) -> Response:
     """The OpenAI client's answer for Ollama's `response` (its body still unread)."""
-    headers, learn = relay.headers, relay.learn
+    headers = relay.headers
     if bridge.stream and response.is_success:
         translator = SseTranslator(completion_id(), bridge.include_usage)
-        return SseResponse(response, translator, headers, learn, relay.metrics, relay.stream_error)
+        return SseResponse(response, translator, relay)
     try:
         with map_transport_errors():
             content = await read_decoded(response, MAX_ANSWER_BYTES)
@@ -67,8 +67,7 @@ async def relay_from_ollama(response: httpx.Response, bridge: OllamaBridge, rela
             "The upstream's answer is not JSON.", type="upstream_error", code="bad_upstream_answer"
         )
         return Response(body, status_code=502, media_type="application/json", headers=headers)
-    if learn(answer.get("prompt_eval_count")):
-        headers = {**headers, TRUNCATED_HEADER: "true"}
+    headers = relay.whole(answer.get("prompt_eval_count"))
     return Response(
         orjson.dumps(chat_completion(answer, completion_id())), media_type="application/json", headers=headers
     )
@@ -95,19 +94,16 @@ class SseResponse(StreamingResponse):
         self,
         response: httpx.Response,
         translator: Lines,
-        headers: dict[str, str],
-        learn: Learn,
-        metrics: Metrics,
-        stream_error: Callable[[str], bytes],
+        answer: Answer,
     ) -> None:
-        self.stream_error = stream_error  # the OpenAI client's own event
+        self.stream_error = answer.stream_error  # the client's own event
         super().__init__(
-            self._events(response, translator, learn),
+            self._events(response, translator, answer.learn),
             media_type="text/event-stream",
-            headers={"cache-control": "no-cache", **headers},
+            headers={"cache-control": "no-cache", **answer.headers},
         )
         self.response = response
-        self.metrics = metrics
+        self.metrics: Metrics = answer.metrics
 
     async def _events(
         self, response: httpx.Response, translator: Lines, learn: Learn
@@ -120,7 +116,7 @@ class SseResponse(StreamingResponse):
             log.warning("upstream stream failed after the response began: %s: %s", type(exc).__name__, exc)
             self.metrics.upstream_errors.labels("stream_broken").inc()
         if translator.done:
-            learn(translator.prompt_eval_count)
+            learn(translator.prompt_eval_count, b"")
             return
         yield self.stream_error("The upstream stream broke off before it was done.")
 
