@@ -19,9 +19,8 @@ from typing import Any
 
 import orjson
 
-from proxy.counting.tokens import PROMPT_FIELDS, text_of
+from proxy.counting.tokens import PROMPT_FIELDS, fragment_text, text_of
 from proxy.engine.chat import Body, ChatPlan, validated_messages
-from proxy.engine.jsonbody import fragment_text
 from proxy.engine.markers import merged_content
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError
