@@ -39,14 +39,14 @@ def graph() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text())):
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+                # `from package import name`: the submodule when `name` is one, else the package.
+                targets = [f"{node.module}.{alias.name}" for alias in node.names]
             elif isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             for target in targets:
-                if target.split(".")[0] == "proxy" and (module := _resolve(target, modules)):
-                    if module not in (name, "proxy"):
-                        found.add(module)
-                        break
+                module = _resolve(target, modules) if target.split(".")[0] == "proxy" else None
+                if module is not None and module not in (name, "proxy"):
+                    found.add(module)
         edges[name] = found
     return edges
 
