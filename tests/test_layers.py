@@ -88,7 +88,7 @@ def test_no_layer_imports_a_higher_one(path: Path) -> None:
     ("module", "line"),
     [
         ("engine/compaction.py", "from proxy.server.pipeline import Pipeline"),
-        ("counting/tokens.py", "from proxy.engine.chat import ChatPlan"),
+        ("counting/tokens.py", "from proxy.engine.plan import ChatPlan"),
         ("formats/chat.py", "from proxy.upstream.forwarding import Upstream"),
         ("upstream/probes.py", "from proxy.server.app import create_app"),
         ("bridges/ollama/bridge.py", "import proxy.server.middleware"),

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.bridges.base import Bridge
-from proxy.engine.chat import ChatPlan
-from proxy.engine.jsonbody import dump_json
+from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation, Route
 from proxy.formats.reports import AnswerReport
+from proxy.server.jsonbody import dump_json
 from proxy.server.live import Record
 
 

@@ -21,9 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.bridges.base import TRUNCATED_HEADER, Answer, Bridge
-from proxy.engine.chat import ChatPlan
-from proxy.engine.jsonbody import dump_json, parse_json_object
-from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
+from proxy.engine.plan import ChatPlan
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
 from proxy.formats import Conversation, Route, WireFormat
@@ -37,9 +35,11 @@ from proxy.server.intake import (
     read_json_body,
     until_disconnect,
 )
+from proxy.server.jsonbody import dump_json, parse_json_object
 from proxy.server.logs import request_id
 from proxy.server.parts import Parts
 from proxy.server.remote_compaction import RemoteCompaction
+from proxy.upstream.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.upstream.prompt_reports import Truncation
 from proxy.upstream.streaming import (
     TAIL_BYTES,

@@ -25,14 +25,14 @@ from proxy.counting.cache import LruCache
 from proxy.counting.calibration import Calibrator
 from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, texts
 from proxy.counting.tokens import RequestCounter, text_of
-from proxy.engine.chat import Body, ChatPlan, plan_chat, validated_messages
 from proxy.engine.compaction import Policy
 from proxy.engine.limits import budget_for, requested_reply
-from proxy.engine.overflow import Overflow
+from proxy.engine.plan import Body, ChatPlan, plan_chat, validated_messages
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
 from proxy.upstream.counters import LockedMemo, ModelTokenizers, text_counter
 from proxy.upstream.offload import Offloader
+from proxy.upstream.overflow import Overflow
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
 from proxy.upstream.prompt_reports import PromptReports, Truncation, exact_key
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from proxy.counting.cache import ModelTable
 from proxy.counting.calibration import Calibrator, truncated_window
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 from proxy.metrics import Metrics
 
 log = logging.getLogger("proxy")
