@@ -26,8 +26,7 @@ from proxy.counting.calibration import Calibrator
 from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, texts
 from proxy.counting.tokens import RequestCounter, text_of
 from proxy.engine.compaction import Policy
-from proxy.engine.limits import budget_for, requested_reply
-from proxy.engine.plan import Body, ChatPlan, plan_chat, validated_messages
+from proxy.engine.plan import Body, ChatPlan, budget_for, plan_chat, requested_reply, validated_messages
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
 from proxy.upstream.counters import LockedMemo, ModelTokenizers, text_counter

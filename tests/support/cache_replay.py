@@ -17,7 +17,7 @@ import orjson
 
 from proxy.counting.tokens import RequestCounter, count_chars4
 from proxy.engine.compaction import Budget, Policy, compact
-from proxy.engine.limits import budget_for
+from proxy.engine.plan import budget_for
 from proxy.settings import ModelWindow
 from tests.support import simulated_chats as sim
 
