@@ -99,7 +99,9 @@ def folder(module: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--arrows", action="store_true", help="print every module's arrows")
     args = parser.parse_args()
     edges = graph()
