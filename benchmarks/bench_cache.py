@@ -62,7 +62,7 @@ from typing import Any
 
 import orjson
 
-from proxy.engine.compaction import Budget
+from proxy.engine.index import Budget
 from tests.support import simulated_chats as sim
 from tests.support.cache_replay import (
     COUNT,

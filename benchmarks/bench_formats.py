@@ -18,7 +18,7 @@ import orjson
 
 from proxy.counting.cache import LruCache
 from proxy.counting.tokens import RequestCounter
-from proxy.engine.compaction import Policy
+from proxy.engine.index import Policy
 from proxy.engine.plan import plan_chat
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from proxy.server.jsonbody import dump_json, parse_json_object

@@ -55,7 +55,8 @@ from benchmarks.bench_cache import write_section
 from proxy.counting.cache import LruCache
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MemoTextCounter, RequestCounter
-from proxy.engine.compaction import Policy, compact
+from proxy.engine.compaction import compact
+from proxy.engine.index import Policy
 from proxy.engine.notes import NOTE_PREFIX
 from proxy.engine.plan import budget_for
 from proxy.settings import ModelWindow

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.counting.tokens import RequestCounter, count_chars4
-from proxy.engine.compaction import Policy
+from proxy.engine.index import Policy
 from proxy.engine.notes import DROPPED_PREFIX
 from proxy.engine.plan import plan_chat
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat

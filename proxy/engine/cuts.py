@@ -6,15 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from proxy.counting.tokens import text_of
 from proxy.engine.caps import cap_text
-from proxy.engine.index import ConversationIndex, CountMessage, Message
+from proxy.engine.index import ConversationIndex, CountMessage, Message, NoteMemo
 from proxy.engine.notes import build_note, is_note, note_without_facts
-
-if TYPE_CHECKING:
-    from proxy.engine.compaction import NoteMemo
 
 MIN_NOTE_CHARS = 80  # a note's own words, besides its preview
 # Counts of concatenated text differ from the sum of their parts by a token or two at the seams.

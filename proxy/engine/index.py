@@ -1,14 +1,16 @@
 """The conversation as the replay reads it, computed once per call and never changed: each message's
 role and cost as counted, which tool call each result answers, where the user requests, tool results
-and assistant messages are, and the units and exchanges that may be dropped whole."""
+and assistant messages are, and the units and exchanges that may be dropped whole. Beside it, what one call is given besides the
+messages: its `Budget`, its `Policy` and the caller's `NoteMemo`."""
 
 from __future__ import annotations
 
 import bisect
 import fnmatch
 import itertools
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 from proxy.engine.facts import TYPICAL_FACTS
 from proxy.engine.notes import dropped_marker, is_dropped_marker
@@ -21,6 +23,37 @@ Call = tuple[int, str | None, str | None]
 
 LEADING_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Token sizes for one request. `limit` is the line; a compaction aims for `target` below it;
+    `fixed` is what the request costs besides its messages (tool schemas, response format)."""
+
+    limit: int
+    target: int
+    fixed: int = 0
+    window: int | None = None  # the model's real window: never returned compacted above it
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    keep_recent_turns: int = 2
+    # Inside the protected part, the last tool results that are never noted or dropped (but may be capped).
+    keep_recent_tool_results: int = 3
+    protected_tools: tuple[str, ...] = ()
+    preview_chars: int = 150
+    # Tokens to reserve where dropped exchanges are replaced (a summary goes there, when summarising).
+    gap_tokens: int = 0
+
+
+class NoteMemo(Protocol):
+    """Where the caller keeps written notes between calls (a chat resends the same old results every
+    turn); the engine's decisions do not depend on it, only its speed."""
+
+    def get(self, key: Hashable) -> str | None: ...
+
+    def put(self, key: Hashable, value: str) -> None: ...
 
 
 # Named tuples, not frozen dataclasses: a long history has thousands, and a frozen dataclass takes

@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.counting.tokens import RequestCounter
-from proxy.engine.compaction import Budget, CompactionResult, NoteMemo, Policy, compact
+from proxy.engine.compaction import CompactionResult, compact
+from proxy.engine.index import Budget, NoteMemo, Policy
 from proxy.errors import ProxyError
 from proxy.settings import ModelWindow
 

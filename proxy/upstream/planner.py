@@ -25,7 +25,7 @@ from proxy.counting.cache import LruCache
 from proxy.counting.calibration import Calibrator
 from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, texts
 from proxy.counting.tokens import RequestCounter, text_of
-from proxy.engine.compaction import Policy
+from proxy.engine.index import Policy
 from proxy.engine.plan import Body, ChatPlan, budget_for, plan_chat, requested_reply, validated_messages
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
