@@ -43,7 +43,8 @@ class Cuts:
         index = self.index
         message = index.messages[i]
         content = message.get("content")
-        _, tool, arguments = index.results[i]
+        call = index.results[i]
+        tool, arguments = call.tool, call.arguments
         if is_note(content) or (index.protected_tools and index.is_protected(tool)):
             return cost
         text = text_of(content)
@@ -111,7 +112,7 @@ class Cuts:
         index = self.index
         message = index.messages[i]
         content = message.get("content")
-        _, tool, _ = index.results[i]
+        tool = index.results[i].tool
         if (
             i in self.notes
             or i in self.planned

@@ -17,9 +17,6 @@ from proxy.engine.notes import dropped_marker, is_dropped_marker
 
 Message = dict[str, Any]
 CountMessage = Callable[[Message], int]
-# What a tool result answers: the index of the assistant message that called it (its own index when
-# no call is found), the tool's name and the call's arguments.
-Call = tuple[int, str | None, str | None]
 
 LEADING_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
@@ -58,6 +55,14 @@ class NoteMemo(Protocol):
 
 # Named tuples, not frozen dataclasses: a long history has thousands, and a frozen dataclass takes
 # twice as long to build.
+class Call(NamedTuple):
+    """What a tool result answers."""
+
+    caller: int  # the assistant message that called it (the result's own index when no call is found)
+    tool: str | None  # the tool's name
+    arguments: str | None  # the call's arguments, as the client sent them
+
+
 class Unit(NamedTuple):
     """A run of messages level 2 drops whole: one user request and everything up to the next."""
 
@@ -163,7 +168,7 @@ def _results(messages: Sequence[Message], roles: tuple[str, ...]) -> dict[int, C
                 function = call.get("function")
                 function = function if isinstance(function, dict) else {}
                 name, arguments = function.get("name"), function.get("arguments")
-                calls[call["id"]] = (
+                calls[call["id"]] = Call(
                     i,
                     name if isinstance(name, str) else None,
                     arguments if isinstance(arguments, str) else None,
@@ -178,7 +183,7 @@ def _results(messages: Sequence[Message], roles: tuple[str, ...]) -> dict[int, C
             results[i] = calls[call_id]
             continue
         name = message.get("name")
-        results[i] = (i, name if isinstance(name, str) else None, None)
+        results[i] = Call(i, name if isinstance(name, str) else None, None)
     return results
 
 
@@ -203,7 +208,7 @@ def _units(
     for k in range(len(candidates) - 1, -1, -1):
         c = candidates[k]
         while t >= 0 and tools[t] >= c:
-            call = results[tools[t]][0]
+            call = results[tools[t]].caller
             if call < earliest:
                 earliest = call
             t -= 1
@@ -213,7 +218,7 @@ def _units(
     for start, end in itertools.pairwise(cuts):
         span = range(start, end)
         protected = bool(protected_tools) and any(
-            roles[i] in TOOL_ROLES and _is_protected(results[i][1], protected_tools) for i in span
+            roles[i] in TOOL_ROLES and _is_protected(results[i].tool, protected_tools) for i in span
         )
         droppable = not all(is_dropped_marker(messages[i]) for i in span)
         units.append(Unit(start, end, protected, droppable))
@@ -236,7 +241,7 @@ def _exchanges(
     n = len(messages)
     last_result: dict[int, int] = {}
     for i in tools:
-        call = results[i][0]
+        call = results[i].caller
         if call != i:
             last_result[call] = i
     first = users[0] if users else n
@@ -252,11 +257,11 @@ def _exchanges(
             end += 1
         droppable = (
             last_result.get(i, i) < end
-            and all(results[j][0] in (i, j) for j in answers)
+            and all(results[j].caller in (i, j) for j in answers)
             and not (
                 protected_tools
                 and (
-                    any(_is_protected(results[j][1], protected_tools) for j in answers)
+                    any(_is_protected(results[j].tool, protected_tools) for j in answers)
                     or any(_is_protected(name, protected_tools) for name in _call_names(messages[i]))
                 )
             )
