@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.compaction import CompactionResult, compact
 from proxy.engine.index import Budget, NoteMemo, Policy
 from proxy.errors import ProxyError
-from proxy.settings import ModelWindow
+
+if TYPE_CHECKING:  # a type only: importing the settings loads pydantic-settings, and it asyncio
+    from proxy.settings import ModelWindow
 
 Body = dict[str, Any]
 
