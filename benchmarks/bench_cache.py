@@ -21,7 +21,7 @@ the request that goes upstream. Compactors, side by side on the same conversatio
   is the sampled time scaled up by the sampling stride.
 - ``plain, in the client``: for reference, the seed's own loop, where the compacted history
   replaces the client's (``messages[:] = compact(messages)``), so nothing comes back once cut.
-- ``ours tX``: ``proxy.compaction.compact`` with the budget ``proxy.engine.limits.budget_for`` gives
+- ``ours tX``: ``proxy.compaction.compact`` with the budget ``proxy.engine.plan.budget_for`` gives
   (threshold 0.8, target X, reply reserve 1,024, the tool schemas counted as fixed), keeping the
   last 2 user requests, counting with ``RequestCounter(count_chars4)``.
 
@@ -62,7 +62,7 @@ from typing import Any
 
 import orjson
 
-from proxy.engine.compaction import Budget
+from proxy.engine.index import Budget
 from tests.support import simulated_chats as sim
 from tests.support.cache_replay import (
     COUNT,

@@ -21,7 +21,8 @@ import orjson
 
 from proxy.counting.cache import LruCache
 from proxy.counting.tokens import RequestCounter
-from proxy.engine.compaction import Budget, Policy, compact
+from proxy.engine.compaction import compact
+from proxy.engine.index import Budget, Policy
 from proxy.upstream.counters import text_counter
 from tests.support.conversations import agent_chat
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from benchmarks import agent_loops
 from benchmarks import trajectories as gen
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 from proxy.settings import Settings
 from proxy.upstream.planner import Planner
 from tests.support import simulated_chats as sim

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from benchmarks.chat_bodies import large_chat, small_chat
-from proxy.engine.chat import plan_chat
+from proxy.engine.plan import plan_chat
 from proxy.formats import Conversation
 from proxy.server.live.records import Records
 from proxy.server.live.well import Decided, build_well

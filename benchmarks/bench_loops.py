@@ -15,7 +15,7 @@ before every model call. Compactors, side by side in the same run on the same lo
   same size): when the request (counted exactly) is over the trigger, every tool result except the
   last 3 is replaced by a placeholder; the calls (inputs) stay; nothing else changes. It runs on the
   full history every time, as the API does.
-- ``ours``: ``proxy.compaction.compact`` with the budget ``proxy.engine.limits.budget_for`` gives (threshold
+- ``ours``: ``proxy.compaction.compact`` with the budget ``proxy.engine.plan.budget_for`` gives (threshold
   0.8, target 0.6, reply reserve 1,024, the tool schemas as fixed, keep 2 turns and 3 tool results),
   counting with the same real tokenizer and a note memo, as the proxy does with
   ``COMPACT_TOKENIZER``. A request it answers with a 400 (over the window whatever it does) is not
@@ -55,9 +55,10 @@ from benchmarks.bench_cache import write_section
 from proxy.counting.cache import LruCache
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MemoTextCounter, RequestCounter
-from proxy.engine.compaction import Policy, compact
-from proxy.engine.limits import budget_for
+from proxy.engine.compaction import compact
+from proxy.engine.index import Policy
 from proxy.engine.notes import NOTE_PREFIX
+from proxy.engine.plan import budget_for
 from proxy.settings import ModelWindow
 from tests.support.cache_replay import common_prefix, plain_proxy
 

@@ -66,10 +66,10 @@ from benchmarks.bench_cache import write_section
 from benchmarks.bench_loops import CLEARED, clear_tool_uses
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MemoTextCounter, RequestCounter, TextCounter, text_of
-from proxy.engine.chat import plan_chat
 from proxy.engine.notes import NOTE_PREFIX
-from proxy.engine.overflow import Overflow
+from proxy.engine.plan import plan_chat
 from proxy.settings import Settings
+from proxy.upstream.overflow import Overflow
 from proxy.upstream.planner import Planner
 from tests.support.cache_replay import plain_proxy
 

@@ -21,8 +21,9 @@ from benchmarks.bench_loops import window_model
 from proxy.counting.cache import LruCache
 from proxy.counting.estimator import estimate_text_tokens
 from proxy.counting.tokens import MemoTextCounter, RequestCounter
-from proxy.engine.compaction import Policy, compact
-from proxy.engine.limits import budget_for
+from proxy.engine.compaction import compact
+from proxy.engine.index import Policy
+from proxy.engine.plan import budget_for
 from proxy.upstream.planner import NOTE_MEMO_SIZE
 
 WINDOWS = (8_000, 16_000, 32_000)

@@ -6,10 +6,12 @@ server's overflow language, the one its clients start their own compaction on.""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
-from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from starlette.responses import Response
 
 # Anthropic names its error types by status (docs.anthropic.com, "Errors").
 ANTHROPIC_TYPES = {
@@ -100,6 +102,9 @@ def error_response(
     headers: dict[str, str] | None = None,
     shape: ErrorShape | None = None,
 ) -> Response:
+    # Imported here: the engine raises these errors, and importing it must not load the framework.
+    from starlette.responses import Response
+
     return Response(
         (shape or openai_error)(status, message, type, code, param),
         status_code=status,

@@ -15,7 +15,7 @@ import pytest
 from proxy.counting.margin import MarginMeter, calibrated_margin
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, RequestCounter, text_of
-from proxy.engine.limits import budget_for
+from proxy.engine.plan import budget_for
 from proxy.formats import ANTHROPIC, RESPONSES, WireFormat
 from proxy.formats.anthropic_context_edits import CLEARED_RESULT
 from proxy.settings import Settings

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from proxy.counting.tokens import text_of
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 from proxy.settings import Settings
 from proxy.upstream.planner import Planner
 

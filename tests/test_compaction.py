@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.counting.tokens import RequestCounter, count_chars4
-from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
+from proxy.engine.compaction import CompactionResult, compact
+from proxy.engine.index import Budget, Policy
 from proxy.engine.notes import DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
 from tests.support.conversations import SYSTEM, agent_chat, bike_shop_chat, order_result, tool_call
 from tests.support.format_chats import unmerged

@@ -9,7 +9,8 @@ from typing import Any
 
 from proxy.counting.tokens import RequestCounter, count_chars4
 from proxy.engine.caps import CAP_WORDS
-from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
+from proxy.engine.compaction import CompactionResult, compact
+from proxy.engine.index import Budget, Policy
 from proxy.engine.notes import is_dropped_marker
 from tests.support.conversations import SYSTEM, tool_call
 

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.counting.tokens import RequestCounter, count_chars4
-from proxy.engine.chat import plan_chat
-from proxy.engine.compaction import Policy
+from proxy.engine.index import Policy
 from proxy.engine.notes import DROPPED_PREFIX
+from proxy.engine.plan import plan_chat
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from tests.support.conversations import agent_chat
 from tests.support.fakes import RecordingUpstream, proxy_client

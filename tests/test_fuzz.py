@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.counting.tokens import RequestCounter, count_chars4
-from proxy.engine.compaction import Budget, Policy, compact
+from proxy.engine.compaction import compact
+from proxy.engine.index import Budget, Policy
 from proxy.server.app import create_app
 from tests.support.fakes import RecordingUpstream, completion, make_settings
 

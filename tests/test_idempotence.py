@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 from proxy.settings import Settings
 from proxy.upstream.planner import Planner
 

@@ -2,11 +2,17 @@
 import inside a function counts too). Bottom to top: `errors`, `counting/`, `settings`, `engine/`,
 `metrics`, `formats/`, `upstream/`, `bridges/`, `server/`, and the commands (`cli`, `demo`, `stub`).
 Beside them, tests and benchmarks share one helper package, `tests/support/`, and import nothing
-else of each other."""
+else of each other.
+
+What a module loads indirectly counts too: importing every module of `engine/` (and of
+`counting/`) in a fresh interpreter loads no web framework, HTTP client or asyncio (read from
+`sys.modules` in a subprocess), whichever lower module or library would have brought it in."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,7 +94,7 @@ def test_no_layer_imports_a_higher_one(path: Path) -> None:
     ("module", "line"),
     [
         ("engine/compaction.py", "from proxy.server.pipeline import Pipeline"),
-        ("counting/tokens.py", "from proxy.engine.chat import ChatPlan"),
+        ("counting/tokens.py", "from proxy.engine.plan import ChatPlan"),
         ("formats/chat.py", "from proxy.upstream.forwarding import Upstream"),
         ("upstream/probes.py", "from proxy.server.app import create_app"),
         ("bridges/ollama/bridge.py", "import proxy.server.middleware"),
@@ -99,6 +105,37 @@ def test_the_check_fails_on_a_bad_import(module: str, line: str) -> None:
     path = PROXY / module
     source = path.read_text() + f"\n\ndef _late() -> None:\n    {line}\n"
     assert violations(path, source), f"{line} in {module} went unnoticed"
+
+
+# Every module of a package imported in a fresh interpreter; what is then loaded, one name a line.
+LOADS = """
+import importlib, pkgutil, sys
+package = importlib.import_module(sys.argv[1])
+for module in pkgutil.walk_packages(getattr(package, "__path__", []), package.__name__ + "."):
+    importlib.import_module(module.name)
+print("\\n".join(sys.modules))
+"""
+IO = {"starlette", "fastapi", "httpx", "httpcore", "h11", "uvicorn", "anyio", "asyncio", "aiohttp", "redis"}
+# The engine does no logging either; counting's tokenizer cache logs what it could not load.
+INDIRECT = {"proxy.engine": IO | {"logging"}, "proxy.counting": IO}
+
+
+def loaded(package: str) -> set[str]:
+    """The top-level names of every module loaded by importing all of `package`."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOADS, package], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return {name.split(".")[0] for name in done.stdout.split()}
+
+
+@pytest.mark.parametrize("package", sorted(INDIRECT))
+def test_the_pure_layers_load_no_io_indirectly(package: str) -> None:
+    assert loaded(package) & INDIRECT[package] == set()
+
+
+def test_the_indirect_check_sees_what_a_module_loads() -> None:
+    assert {"starlette", "asyncio", "logging"} <= loaded("proxy.server.app")
 
 
 def _outside(imported: str) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.engine.chat import plan_chat
+from proxy.engine.plan import plan_chat
 from proxy.formats import Conversation
 from proxy.server.live.answers import cached_tokens
 from proxy.server.live.identity import conversation_key

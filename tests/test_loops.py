@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from proxy.counting.tokens import RequestCounter, count_chars4
 from proxy.engine.caps import CAP_WORDS
-from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
+from proxy.engine.compaction import CompactionResult, compact
+from proxy.engine.index import Budget, Policy
 from proxy.engine.notes import DROPPED_PREFIX, NOTE_PREFIX, is_dropped_marker
 from tests.support.fakes import RecordingUpstream, proxy_client
 from tests.support.format_chats import unmerged

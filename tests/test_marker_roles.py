@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from proxy.counting.tokens import RequestCounter, count_chars4, text_of
-from proxy.engine.chat import plan_chat
-from proxy.engine.compaction import Policy
+from proxy.engine.index import Policy
 from proxy.engine.notes import DROPPED_PREFIX
+from proxy.engine.plan import plan_chat
 from proxy.engine.summary import SUMMARY_PREFIX
 from proxy.formats import ANTHROPIC, CHAT, OLLAMA, RESPONSES, WireFormat
 from tests.support.conversations import SYSTEM, tool_call

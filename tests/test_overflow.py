@@ -5,8 +5,8 @@ import json
 import httpx
 import pytest
 
-from proxy.engine.overflow import parse_overflow
 from proxy.stub import create_stub
+from proxy.upstream.overflow import parse_overflow
 from tests.support.conversations import bike_shop_chat
 from tests.support.fakes import RecordingUpstream, proxy_client
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from proxy.counting.modes import Counting
-from proxy.engine.overflow import Overflow
 from proxy.settings import Settings
+from proxy.upstream.overflow import Overflow
 from proxy.upstream.planner import Planner
 from proxy.upstream.probes import DetectedWindow
 

@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.counting.cache import LruCache
-from proxy.engine.jsonbody import dump_json, parse_json_object
 from proxy.server.app import create_app
+from proxy.server.jsonbody import dump_json, parse_json_object
 from tests.support.fakes import completion, make_settings
 from tests.support.hostile import (
     Hostile,

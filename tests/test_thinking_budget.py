@@ -86,7 +86,7 @@ async def test_a_budget_already_under_the_clamped_limit_is_left_alone() -> None:
     [(31999, 4000, 3000), (31999, 1100, 1024), (31999, 1024, 0), (2000, 4000, 2000), (3000, 3000, 2250)],
 )
 def test_the_budget_rule(asked: int, limit: int, expected: int) -> None:
-    from proxy.engine.limits import thinking_budget
+    from proxy.engine.plan import thinking_budget
 
     got = thinking_budget(asked, limit)
     assert got == expected

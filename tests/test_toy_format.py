@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.engine.chat import Body, ChatPlan
+from proxy.engine.plan import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError
 from proxy.formats import ROUTES, Conversation, FormatRoute, RouteTable

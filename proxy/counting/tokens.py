@@ -77,11 +77,15 @@ def json_text(value: Any) -> str:
     except TypeError:  # lone surrogates; numbers kept as their text (orjson.Fragment) written as text
         import json
 
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_fragment_text)
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=fragment_text)
 
 
-def _fragment_text(value: Any) -> str:
-    return orjson.dumps(value).decode()
+def fragment_text(value: Any) -> str:
+    """`default=` for the standard library's encoder: a kept number's text (an `orjson.Fragment`, as
+    `proxy.server.jsonbody` parses numbers beyond a double or 64 bits), written as it came."""
+    if isinstance(value, orjson.Fragment):
+        return orjson.dumps(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 class RequestCounter:

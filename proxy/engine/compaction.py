@@ -31,43 +31,29 @@ window (marked over the line), else `over_window` says which message, never cut,
 Each message is counted once per call; the replay moves pointers forward, so the whole call is
 linear in the size of the history.
 
-This module is the engine's face. The conversation is read once into a frozen index (`index.py`);
+This module is the engine's face. The conversation is read once into a frozen index (`index.py`,
+with the call's inputs: `Budget`, `Policy`, `NoteMemo`);
 one replay's progress and decisions are `replay.py`; how a tool result is noted or capped is
 `cuts.py`; where the markers of dropped runs stand is `markers.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from proxy.engine.cuts import Cuts
-from proxy.engine.index import LEADING_ROLES, ConversationIndex, CountMessage, Message
+from proxy.engine.index import (
+    LEADING_ROLES,
+    Budget,
+    ConversationIndex,
+    CountMessage,
+    Message,
+    NoteMemo,
+    Policy,
+)
 from proxy.engine.markers import Marker, assemble, merged_content
 from proxy.engine.replay import Replay
-
-
-@dataclass(frozen=True, slots=True)
-class Budget:
-    """Token sizes for one request. `limit` is the line; a compaction aims for `target` below it;
-    `fixed` is what the request costs besides its messages (tool schemas, response format)."""
-
-    limit: int
-    target: int
-    fixed: int = 0
-    window: int | None = None  # the model's real window: never returned compacted above it
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    keep_recent_turns: int = 2
-    # Inside the protected part, the last tool results that are never noted or dropped (but may be capped).
-    keep_recent_tool_results: int = 3
-    protected_tools: tuple[str, ...] = ()
-    preview_chars: int = 150
-    # Tokens to reserve where dropped exchanges are replaced (a summary goes there, when summarising).
-    gap_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,15 +125,6 @@ def with_marker_texts(
             ),
         }
     return replace(result, messages=out, markers=tuple(markers))
-
-
-class NoteMemo(Protocol):
-    """Where the caller keeps written notes between calls (a chat resends the same old results every
-    turn); the engine's decisions do not depend on it, only its speed."""
-
-    def get(self, key: Hashable) -> str | None: ...
-
-    def put(self, key: Hashable, value: str) -> None: ...
 
 
 def compact(

@@ -6,15 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from proxy.counting.tokens import text_of
 from proxy.engine.caps import cap_text
-from proxy.engine.index import ConversationIndex, CountMessage, Message
+from proxy.engine.index import ConversationIndex, CountMessage, Message, NoteMemo
 from proxy.engine.notes import build_note, is_note, note_without_facts
-
-if TYPE_CHECKING:
-    from proxy.engine.compaction import NoteMemo
 
 MIN_NOTE_CHARS = 80  # a note's own words, besides its preview
 # Counts of concatenated text differ from the sum of their parts by a token or two at the seams.
@@ -47,7 +43,8 @@ class Cuts:
         index = self.index
         message = index.messages[i]
         content = message.get("content")
-        _, tool, arguments = index.results[i]
+        call = index.results[i]
+        tool, arguments = call.tool, call.arguments
         if is_note(content) or (index.protected_tools and index.is_protected(tool)):
             return cost
         text = text_of(content)
@@ -115,7 +112,7 @@ class Cuts:
         index = self.index
         message = index.messages[i]
         content = message.get("content")
-        _, tool, _ = index.results[i]
+        tool = index.results[i].tool
         if (
             i in self.notes
             or i in self.planned

@@ -1,30 +1,68 @@
 """The conversation as the replay reads it, computed once per call and never changed: each message's
 role and cost as counted, which tool call each result answers, where the user requests, tool results
-and assistant messages are, and the units and exchanges that may be dropped whole."""
+and assistant messages are, and the units and exchanges that may be dropped whole. Beside it, what one call is given besides the
+messages: its `Budget`, its `Policy` and the caller's `NoteMemo`."""
 
 from __future__ import annotations
 
 import bisect
 import fnmatch
 import itertools
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 from proxy.engine.facts import TYPICAL_FACTS
 from proxy.engine.notes import dropped_marker, is_dropped_marker
 
 Message = dict[str, Any]
 CountMessage = Callable[[Message], int]
-# What a tool result answers: the index of the assistant message that called it (its own index when
-# no call is found), the tool's name and the call's arguments.
-Call = tuple[int, str | None, str | None]
 
 LEADING_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
 
 
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Token sizes for one request. `limit` is the line; a compaction aims for `target` below it;
+    `fixed` is what the request costs besides its messages (tool schemas, response format)."""
+
+    limit: int
+    target: int
+    fixed: int = 0
+    window: int | None = None  # the model's real window: never returned compacted above it
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    keep_recent_turns: int = 2
+    # Inside the protected part, the last tool results that are never noted or dropped (but may be capped).
+    keep_recent_tool_results: int = 3
+    protected_tools: tuple[str, ...] = ()
+    preview_chars: int = 150
+    # Tokens to reserve where dropped exchanges are replaced (a summary goes there, when summarising).
+    gap_tokens: int = 0
+
+
+class NoteMemo(Protocol):
+    """Where the caller keeps written notes between calls (a chat resends the same old results every
+    turn); the engine's decisions do not depend on it, only its speed."""
+
+    def get(self, key: Hashable) -> str | None: ...
+
+    def put(self, key: Hashable, value: str) -> None: ...
+
+
 # Named tuples, not frozen dataclasses: a long history has thousands, and a frozen dataclass takes
 # twice as long to build.
+class Call(NamedTuple):
+    """What a tool result answers."""
+
+    caller: int  # the assistant message that called it (the result's own index when no call is found)
+    tool: str | None  # the tool's name
+    arguments: str | None  # the call's arguments, as the client sent them
+
+
 class Unit(NamedTuple):
     """A run of messages level 2 drops whole: one user request and everything up to the next."""
 
@@ -130,7 +168,7 @@ def _results(messages: Sequence[Message], roles: tuple[str, ...]) -> dict[int, C
                 function = call.get("function")
                 function = function if isinstance(function, dict) else {}
                 name, arguments = function.get("name"), function.get("arguments")
-                calls[call["id"]] = (
+                calls[call["id"]] = Call(
                     i,
                     name if isinstance(name, str) else None,
                     arguments if isinstance(arguments, str) else None,
@@ -145,7 +183,7 @@ def _results(messages: Sequence[Message], roles: tuple[str, ...]) -> dict[int, C
             results[i] = calls[call_id]
             continue
         name = message.get("name")
-        results[i] = (i, name if isinstance(name, str) else None, None)
+        results[i] = Call(i, name if isinstance(name, str) else None, None)
     return results
 
 
@@ -170,7 +208,7 @@ def _units(
     for k in range(len(candidates) - 1, -1, -1):
         c = candidates[k]
         while t >= 0 and tools[t] >= c:
-            call = results[tools[t]][0]
+            call = results[tools[t]].caller
             if call < earliest:
                 earliest = call
             t -= 1
@@ -180,7 +218,7 @@ def _units(
     for start, end in itertools.pairwise(cuts):
         span = range(start, end)
         protected = bool(protected_tools) and any(
-            roles[i] in TOOL_ROLES and _is_protected(results[i][1], protected_tools) for i in span
+            roles[i] in TOOL_ROLES and _is_protected(results[i].tool, protected_tools) for i in span
         )
         droppable = not all(is_dropped_marker(messages[i]) for i in span)
         units.append(Unit(start, end, protected, droppable))
@@ -203,7 +241,7 @@ def _exchanges(
     n = len(messages)
     last_result: dict[int, int] = {}
     for i in tools:
-        call = results[i][0]
+        call = results[i].caller
         if call != i:
             last_result[call] = i
     first = users[0] if users else n
@@ -219,11 +257,11 @@ def _exchanges(
             end += 1
         droppable = (
             last_result.get(i, i) < end
-            and all(results[j][0] in (i, j) for j in answers)
+            and all(results[j].caller in (i, j) for j in answers)
             and not (
                 protected_tools
                 and (
-                    any(_is_protected(results[j][1], protected_tools) for j in answers)
+                    any(_is_protected(results[j].tool, protected_tools) for j in answers)
                     or any(_is_protected(name, protected_tools) for name in _call_names(messages[i]))
                 )
             )

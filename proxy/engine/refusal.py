@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.counting.tokens import REPLY_PRIMER
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from proxy.engine.cuts import MIN_CAP_TOKENS, Cuts
-from proxy.engine.index import ConversationIndex, Unit
-
-if TYPE_CHECKING:
-    from proxy.engine.compaction import Budget
+from proxy.engine.index import Budget, ConversationIndex, Unit
 
 MAX_SETTLE_ROUNDS = 3
 # A kept tool result takes at most this share of the target before older exchanges are dropped for it.

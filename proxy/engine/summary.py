@@ -17,8 +17,7 @@ from typing import Any
 
 import orjson
 
-from proxy.counting.tokens import json_text, text_of
-from proxy.engine.jsonbody import fragment_text
+from proxy.counting.tokens import fragment_text, json_text, text_of
 from proxy.engine.notes import is_dropped_marker
 
 SUMMARY_PREFIX = "[Summary of earlier conversation, written to save context:"

@@ -27,7 +27,7 @@ from typing import Any
 
 from proxy.counting.estimator import estimate_text_tokens
 from proxy.counting.tokens import json_text, token_count
-from proxy.engine.chat import Body, ChatPlan
+from proxy.engine.plan import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError, anthropic_error
 from proxy.formats.anthropic_context_edits import apply_context_edits

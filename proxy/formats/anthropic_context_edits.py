@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from proxy.engine.chat import Body
+from proxy.engine.plan import Body
 from proxy.formats.anthropic_edit_specs import ClearThinking, ClearToolUses, read_edits
 
 CLEARED_RESULT = "[Tool result cleared to save context. Call the tool again if you need it.]"

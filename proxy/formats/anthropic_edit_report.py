@@ -27,7 +27,7 @@ import orjson
 
 from proxy.counting.estimator import estimate_text_tokens
 from proxy.counting.tokens import json_text
-from proxy.engine.chat import Body
+from proxy.engine.plan import Body
 from proxy.formats.anthropic_context_edits import CLEARED_RESULT, THINKING_TYPES, _assistant_turns
 from proxy.formats.anthropic_edit_specs import CLEAR_THINKING, CLEAR_TOOL_USES
 

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from proxy.engine.chat import Body, ChatPlan
 from proxy.engine.compaction import CompactionResult
 from proxy.engine.markers import Marker
+from proxy.engine.plan import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from proxy.counting.calibration import reported_prompt_tokens
 from proxy.counting.tokens import PROMPT_FIELDS
-from proxy.engine.chat import Body, ChatPlan, validated_messages
+from proxy.engine.plan import Body, ChatPlan, validated_messages
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, openai_error
 from proxy.formats.base import Conversation, source_field, sse_error_event

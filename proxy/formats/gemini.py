@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from proxy.counting.tokens import text_of, token_count
-from proxy.engine.chat import Body, ChatPlan
+from proxy.engine.plan import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError
 from proxy.formats.base import (

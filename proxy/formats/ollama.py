@@ -19,10 +19,9 @@ from typing import Any
 
 import orjson
 
-from proxy.counting.tokens import PROMPT_FIELDS, text_of, token_count
-from proxy.engine.chat import Body, ChatPlan, validated_messages
-from proxy.engine.jsonbody import fragment_text
+from proxy.counting.tokens import PROMPT_FIELDS, fragment_text, text_of, token_count
 from proxy.engine.markers import merged_content
+from proxy.engine.plan import Body, ChatPlan, validated_messages
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError
 from proxy.formats.base import Conversation, Part, rebuild, rewrite_items

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
-from proxy.engine.chat import Body
+from proxy.engine.plan import Body
 
 
 class AnswerReport(Protocol):

@@ -30,7 +30,7 @@ import orjson
 from starlette.responses import Response
 
 from proxy.counting.tokens import json_text, text_of, token_count
-from proxy.engine.chat import Body, ChatPlan
+from proxy.engine.plan import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ErrorShape, ProxyError, openai_error
 from proxy.formats.base import (

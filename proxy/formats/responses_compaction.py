@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from proxy.engine.chat import Body
+from proxy.engine.plan import Body
 from proxy.errors import ProxyError
 
 TRIGGER = "compaction_trigger"

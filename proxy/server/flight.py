@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation, FormatRoute
 from proxy.server.intake import raw_path
 from proxy.server.live import Record

@@ -24,9 +24,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.engine.chat import ChatPlan
-from proxy.engine.jsonbody import dump_json, parse_json_object
-from proxy.engine.overflow import OVERFLOW_STATUSES, parse_overflow
+from proxy.engine.plan import ChatPlan
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
 from proxy.formats import Conversation, FormatRoute, WireFormat
@@ -39,10 +37,12 @@ from proxy.server.intake import (
     read_json_body,
     until_disconnect,
 )
+from proxy.server.jsonbody import dump_json, parse_json_object
 from proxy.server.logs import request_id
 from proxy.server.parts import Parts
 from proxy.server.remote_compaction import RemoteCompaction
 from proxy.server.ways import Direct, Passing
+from proxy.upstream.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.upstream.prompt_reports import Truncation
 from proxy.upstream.streaming import read_raw
 from proxy.upstream.way import Answer, read_already

@@ -10,10 +10,10 @@ from typing import ClassVar
 import httpx
 from starlette.responses import Response
 
-from proxy.engine.chat import ChatPlan
-from proxy.engine.jsonbody import dump_json
+from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation, WireFormat
 from proxy.formats.reports import AnswerReport
+from proxy.server.jsonbody import dump_json
 from proxy.upstream.streaming import (
     TAIL_BYTES,
     StreamedResponse,

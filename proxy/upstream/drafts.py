@@ -13,9 +13,8 @@ from typing import Any
 from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, texts
 from proxy.counting.modes import Counting
 from proxy.counting.tokens import RequestCounter
-from proxy.engine.chat import Body, ChatPlan, plan_chat
-from proxy.engine.compaction import NoteMemo, Policy
-from proxy.engine.limits import budget_for, requested_reply
+from proxy.engine.index import NoteMemo, Policy
+from proxy.engine.plan import Body, ChatPlan, budget_for, plan_chat, requested_reply
 from proxy.settings import ModelWindow, Settings
 from proxy.upstream.counters import text_counter
 

@@ -26,14 +26,14 @@ from proxy.counting.cache import LruCache
 from proxy.counting.calibration import Calibrator
 from proxy.counting.modes import Counting, estimated
 from proxy.counting.tokens import RequestCounter, text_of
-from proxy.engine.chat import Body, ChatPlan
-from proxy.engine.compaction import Policy
-from proxy.engine.overflow import Overflow
+from proxy.engine.index import Policy
+from proxy.engine.plan import Body, ChatPlan
 from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
 from proxy.upstream.counters import LockedMemo, ModelTokenizers
 from proxy.upstream.drafts import Draft, Drafter, spec_of
 from proxy.upstream.offload import Offloader
+from proxy.upstream.overflow import Overflow
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
 from proxy.upstream.prompt_reports import PromptReports, Truncation, exact_key
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from proxy.counting.cache import ModelTable
 from proxy.counting.calibration import Calibrator, truncated_window
 from proxy.counting.modes import Counting, estimated
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 from proxy.metrics import Metrics
 
 log = logging.getLogger("proxy")

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import httpx
 from starlette.responses import Response
 
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.metrics import Metrics
 from proxy.upstream.prompt_reports import Truncation

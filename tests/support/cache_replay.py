@@ -16,8 +16,9 @@ from typing import Any
 import orjson
 
 from proxy.counting.tokens import RequestCounter, count_chars4
-from proxy.engine.compaction import Budget, Policy, compact
-from proxy.engine.limits import budget_for
+from proxy.engine.compaction import compact
+from proxy.engine.index import Budget, Policy
+from proxy.engine.plan import budget_for
 from proxy.settings import ModelWindow
 from tests.support import simulated_chats as sim
 

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.engine.compaction import Budget, CompactionResult, Policy, compact
+from proxy.engine.compaction import CompactionResult, compact
+from proxy.engine.index import Budget, Policy
 from tests.support import cache_replay
 from tests.support import simulated_chats as sim
 

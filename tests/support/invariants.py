@@ -8,7 +8,8 @@ from typing import Any
 
 from proxy.counting.tokens import RequestCounter, count_chars4
 from proxy.engine.caps import CAP_WORDS
-from proxy.engine.compaction import Budget, CompactionResult
+from proxy.engine.compaction import CompactionResult
+from proxy.engine.index import Budget
 from proxy.engine.notes import NOTE_PREFIX
 from tests.support.format_chats import is_marker_item, unmerged
 

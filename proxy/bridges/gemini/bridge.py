@@ -20,7 +20,7 @@ from starlette.responses import Response
 from proxy.bridges.base import Answer, Body, Headers
 from proxy.bridges.gemini.chat_request import chat_request
 from proxy.bridges.gemini.relay import relay_from_chat
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 
 GOOGLE_KEY = b"x-goog-api-key"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.counting.tokens import text_of
-from proxy.engine.chat import Body, ChatPlan
+from proxy.engine.plan import Body, ChatPlan
 from proxy.formats import Conversation
 
 SAMPLING = {

@@ -27,7 +27,7 @@ from proxy.bridges.ollama.openai_answer import (
     error_from_ollama,
 )
 from proxy.bridges.ollama.relay import SseResponse
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.formats.gemini import gemini_error
 from proxy.upstream.forwarding import MAX_ANSWER_BYTES, map_transport_errors, read_decoded

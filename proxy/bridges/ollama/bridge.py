@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from proxy.bridges.base import Answer, Headers
 from proxy.bridges.ollama.native_request import Body, to_ollama_chat
-from proxy.engine.chat import ChatPlan
+from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 
 

@@ -23,14 +23,14 @@ from dataclasses import asdict
 from typing import Any, Protocol
 
 from proxy.counting.tokens import RequestCounter
-from proxy.engine.chat import ChatPlan
-from proxy.engine.overflow import Overflow
+from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.server.live.answers import cached_tokens
 from proxy.server.live.entries import ConversationLog, Record, Totals
 from proxy.server.live.identity import conversation_key
 from proxy.server.live.well import Decided, build_well, first_change, first_user_text
 from proxy.settings import Settings
+from proxy.upstream.overflow import Overflow
 from proxy.upstream.prompt_reports import Truncation
 
 logger = logging.getLogger("proxy")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.counting.tokens import RequestCounter, text_of
-from proxy.engine.chat import ChatPlan
 from proxy.engine.compaction import CompactionResult
 from proxy.engine.notes import DROPPED_PREFIX
+from proxy.engine.plan import ChatPlan
 from proxy.formats.base import decisions
 
 LEADING_ROLES = frozenset({"system", "developer"})

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from proxy.counting.tokens import fragment_text
 from proxy.errors import ProxyError
 
 _HUGE = float(2**63)
@@ -70,13 +71,6 @@ def _exact_int(text: str) -> int | orjson.Fragment:
     if len(text) <= _INT_DIGITS + 2 and -_INT64 <= (number := int(text)) < _INT64:
         return number
     return orjson.Fragment(text)
-
-
-def fragment_text(value: Any) -> str:
-    """`default=` for the standard library's encoder: a kept number's text (as a JSON string)."""
-    if isinstance(value, orjson.Fragment):
-        return orjson.dumps(value).decode()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _no_constants(name: str) -> Any:
