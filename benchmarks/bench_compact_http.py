@@ -96,14 +96,18 @@ def main() -> None:
     print(f"`python -m benchmarks.bench_compact_http {' '.join(sys.argv[1:])}`: {rounds} rounds of {calls}")
     print(f"calls, {args.messages} messages ({len(body) / 1024:.0f} KB), COMPACT_WINDOW={args.window}")
     print()
-    print("| proxy | ms per /compact: median (best round) | rounds | CPU ms per call | against this checkout |")
+    print(
+        "| proxy | ms per /compact: median (best round) | rounds | CPU ms per call | against this checkout |"
+    )
     print("|---|---:|---|---:|---:|")
     ours = statistics.median(samples["this checkout"])
     for name, values in samples.items():
         median = statistics.median(values)
         rounds_text = ", ".join(f"{v:.1f}" for v in values)
         spent = statistics.median(cpu[name])
-        print(f"| {name} | {median:.1f} ({min(values):.1f}) | {rounds_text} | {spent:.1f} | {median / ours:.2f}x |")
+        print(
+            f"| {name} | {median:.1f} ({min(values):.1f}) | {rounds_text} | {spent:.1f} | {median / ours:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

@@ -82,8 +82,20 @@ def main() -> None:
         }
         if args.bare:
             ports["bare-httpx"] = free_port()
-            bare = [sys.executable, str(Path(__file__).parent / "bare_passthrough.py"), "--transport", "httpx"]
-            bare += ["--port", str(ports["bare-httpx"]), "--upstream", f"http://{HOST}:{up}", "--lifetime", "3600"]
+            bare = [
+                sys.executable,
+                str(Path(__file__).parent / "bare_passthrough.py"),
+                "--transport",
+                "httpx",
+            ]
+            bare += [
+                "--port",
+                str(ports["bare-httpx"]),
+                "--upstream",
+                f"http://{HOST}:{up}",
+                "--lifetime",
+                "3600",
+            ]
             servers["bare-httpx"] = running(bare, ready_url=f"http://{HOST}:{ports['bare-httpx']}/v1/models")
             targets["bare-httpx"] = bare[0]
         processes = {name: server.__enter__() for name, server in servers.items()}
@@ -102,7 +114,9 @@ def main() -> None:
             for server in servers.values():
                 server.__exit__(None, None, None)
     print(f"`{' '.join(['python -m benchmarks.bench_request_cpu', *sys.argv[1:]])}`: {rounds} rounds")
-    print(f"of {per_block} sequential {args.body} chats under the line; CPU µs per request of the proxy process")
+    print(
+        f"of {per_block} sequential {args.body} chats under the line; CPU µs per request of the proxy process"
+    )
     print()
     print("| proxy | median | rounds | this checkout (after) / it |")
     print("|---|---:|---|---:|")
