@@ -122,7 +122,11 @@ def _bounds_of(counts: list[int]) -> tuple[float, float]:
 def texts(messages: Iterable[Mapping[str, Any]]) -> Iterable[str]:
     """The text of each message that the counter counts: its content, reasoning and tool calls."""
     for message in messages:
-        if text := text_of(message.get("content")):
+        content = message.get("content")
+        if content.__class__ is str:  # most messages: no call to find their text
+            if content:
+                yield content
+        elif text := text_of(content):
             yield text
         if isinstance(reasoning := message.get("reasoning_content"), str) and reasoning:
             yield reasoning

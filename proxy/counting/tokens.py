@@ -94,7 +94,7 @@ class RequestCounter:
             if key == "role" or key == "tool_call_id" or value is None:
                 continue
             if key == "content":
-                raw += self.content(value)
+                raw += self.count_text(value) if value.__class__ is str else self.content(value)
             elif isinstance(value, str):
                 raw += self.count_text(value)
             else:
