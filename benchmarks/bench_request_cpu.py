@@ -1,5 +1,7 @@
 """CPU time the proxy process spends per request, against another checkout's proxy in the same run:
-`python -m benchmarks.bench_request_cpu --before ../main/.venv/bin/compacting-proxy [--quick]`.
+`python -m benchmarks.bench_request_cpu --before ../main/.venv/bin/compacting-proxy [--quick]`, or
+`--baseline DIR` (another checkout's `proxy` package on this venv, as `run.py --baseline` does),
+`--bare` (the bare FastAPI + httpx passthrough, `bare_passthrough.py`) and `--body large`.
 
 Throughput on a shared 2-core machine moves by tens of percent from one minute to the next; the CPU
 time a process spends per request moves far less, since another tenant's load delays the process
@@ -21,7 +23,7 @@ from pathlib import Path
 import orjson
 import psutil
 
-from benchmarks.chat_bodies import small_chat
+from benchmarks.chat_bodies import large_chat, small_chat
 from tests.support.processes import free_port, running
 
 HOST = "127.0.0.1"
@@ -52,15 +54,21 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
     parser.add_argument("--requests", type=int, help="requests per block (default 1000, quick 200)")
     parser.add_argument("--rounds", type=int, help="blocks per proxy (default 7, quick 2)")
+    parser.add_argument("--baseline", action="append", default=[], help="another checkout's folder")
+    parser.add_argument("--bare", action="store_true", help="also the bare FastAPI + httpx passthrough")
+    parser.add_argument("--body", choices=("small", "large"), default="small")
     args = parser.parse_args()
     per_block = args.requests or (200 if args.quick else 1000)
     rounds = args.rounds or (2 if args.quick else 7)
-    body = orjson.dumps(small_chat())
+    body = orjson.dumps(small_chat() if args.body == "small" else large_chat())
     up = free_port()
     upstream = [sys.executable, "-m", "benchmarks.fake_upstream", "--port", str(up), "--lifetime", "3600"]
-    targets = {"after": str(Path(sys.executable).parent / "compacting-proxy")}
+    own = str(Path(sys.executable).parent / "compacting-proxy")
+    targets = {"after": own}
     if args.before:
         targets["before"] = args.before
+    code = {Path(folder).name: str(Path(folder).resolve()) for folder in args.baseline}
+    targets.update({name: own for name in code})
     env = {"COMPACT_UPSTREAM_URL": f"http://{HOST}:{up}/v1", "COMPACT_WINDOW": "1000000"}
     with running(upstream, ready_url=f"http://{HOST}:{up}/v1/models"):
         ports = {name: free_port() for name in targets}
@@ -68,10 +76,28 @@ def main() -> None:
             name: running(
                 [exe, "--host", HOST, "--port", str(ports[name]), "--no-access-log"],
                 ready_url=f"http://{HOST}:{ports[name]}/healthz",
-                env=env,
+                env={**env, "PYTHONPATH": code[name]} if name in code else env,
             )
             for name, exe in targets.items()
         }
+        if args.bare:
+            ports["bare-httpx"] = free_port()
+            bare = [
+                sys.executable,
+                str(Path(__file__).parent / "bare_passthrough.py"),
+                "--transport",
+                "httpx",
+            ]
+            bare += [
+                "--port",
+                str(ports["bare-httpx"]),
+                "--upstream",
+                f"http://{HOST}:{up}",
+                "--lifetime",
+                "3600",
+            ]
+            servers["bare-httpx"] = running(bare, ready_url=f"http://{HOST}:{ports['bare-httpx']}/v1/models")
+            targets["bare-httpx"] = bare[0]
         processes = {name: server.__enter__() for name, server in servers.items()}
         try:
             for name in targets:
@@ -88,15 +114,16 @@ def main() -> None:
             for server in servers.values():
                 server.__exit__(None, None, None)
     print(f"`{' '.join(['python -m benchmarks.bench_request_cpu', *sys.argv[1:]])}`: {rounds} rounds")
-    print(f"of {per_block} sequential small chats under the line; CPU µs per request of the proxy process")
+    print(
+        f"of {per_block} sequential {args.body} chats under the line; CPU µs per request of the proxy process"
+    )
     print()
-    print("| proxy | median | rounds | after / before |")
+    print("| proxy | median | rounds | this checkout (after) / it |")
     print("|---|---:|---|---:|")
-    before = statistics.median(samples["before"]) if "before" in samples else None
+    after = statistics.median(samples["after"])
     for name, values in samples.items():
         median = statistics.median(values)
-        ratio = f"{median / before:.2f}x" if before else "-"
-        print(f"| {name} | {median:.0f} | {', '.join(f'{v:.0f}' for v in values)} | {ratio} |")
+        print(f"| {name} | {median:.0f} | {', '.join(f'{v:.0f}' for v in values)} | {after / median:.2f}x |")
 
 
 if __name__ == "__main__":

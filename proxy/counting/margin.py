@@ -74,30 +74,59 @@ MEMO_MIN_CHARS = 256
 _NARROW = tuple(dict.fromkeys(cls for cls, _ in (*_ESTIMATE, *_UPPER)))
 _ESTIMATE_AT = tuple((_NARROW.index(cls), weight) for cls, weight in _ESTIMATE)
 _UPPER_AT = tuple((_NARROW.index(cls), weight) for cls, weight in _UPPER)
+_WIDE_AT = len(_NARROW)
+_NO_WIDE = [0] * len(_WIDE_WEIGHTS)
+_NEWLINE_AT = _NARROW.index(b"n")
+# Short texts are counted in runs of this many, each run remembered by its text: a chat resends its
+# history, so all runs but the last are the same as the turn before.
+SHORT_RUN = 64
+RUN_MEMO_SIZE = 10_000  # a run's counts: about 250 bytes
 
 
 def text_bounds(text: str) -> tuple[float, float]:
     """The estimate's linear count of `text` and the upper count: (estimate, upper)."""
     if not text:
         return 0.0, 0.0
+    return _bounds_of(_class_counts(text))
+
+
+def _class_counts(text: str) -> list[int]:
+    """How many of each class and pair `text` holds (`_NARROW`, then the wide classes, zeros for ASCII
+    text), then its length in bytes and in characters. Added up over texts joined by newlines, the
+    sums are the joined text's own counts, less a newline per join: no pair either count reads
+    spans a newline, and a byte's class is its own."""
     raw = text.encode("utf-8", "surrogatepass")
     count = raw.translate(_CLASSES, _CONTINUATION).count
     counts = [count(cls) for cls in _NARROW]
+    if len(raw) != len(text):
+        counts += [count(cls) for cls, _ in _WIDE_WEIGHTS]
+    else:
+        counts += _NO_WIDE
+    counts += (len(raw), len(text))
+    return counts
+
+
+def _bounds_of(counts: list[int]) -> tuple[float, float]:
+    """(estimate, upper) from a text's `_class_counts`."""
     estimate = sum(counts[i] * weight for i, weight in _ESTIMATE_AT)
     upper = sum(counts[i] * weight for i, weight in _UPPER_AT)
     floor = ASCII_FLOOR
-    if len(raw) != len(text):
-        wide = [count(cls) for cls, _ in _WIDE_WEIGHTS]
+    if counts[-2] != counts[-1]:
+        wide = counts[_WIDE_AT:-2]
         estimate += sum(n * weight for n, (_, weight) in zip(wide, _WIDE_WEIGHTS, strict=True))
         upper += sum(n * weight for n, (_, weight) in zip(wide, _UPPER_WIDE, strict=True))
-        floor += (WIDE_FLOOR - ASCII_FLOOR) * min(1.0, sum(wide) / len(text))
+        floor += (WIDE_FLOOR - ASCII_FLOOR) * min(1.0, sum(wide) / counts[-1])
     return estimate, max(upper, estimate * (1 + floor))
 
 
 def texts(messages: Iterable[Mapping[str, Any]]) -> Iterable[str]:
     """The text of each message that the counter counts: its content, reasoning and tool calls."""
     for message in messages:
-        if text := text_of(message.get("content")):
+        content = message.get("content")
+        if content.__class__ is str:  # most messages: no call to find their text
+            if content:
+                yield content
+        elif text := text_of(content):
             yield text
         if isinstance(reasoning := message.get("reasoning_content"), str) and reasoning:
             yield reasoning
@@ -112,6 +141,7 @@ class MarginMeter:
     def __init__(self, size: int = 100_000) -> None:
         self.size = size
         self._memo: dict[tuple[int, int], tuple[float, float]] = {}
+        self._runs: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def bounds(self, text: str) -> tuple[float, float]:
         if len(text) < MEMO_MIN_CHARS:
@@ -129,7 +159,7 @@ class MarginMeter:
     def margin(self, messages: Iterable[Mapping[str, Any]]) -> float:
         """How much more than the estimate the heaviest tokenizer may count these messages, as a share."""
         estimate = upper = 0.0
-        short: list[str] = []  # counted together in one pass: a call per short text costs more
+        short: list[str] = []  # counted together: a call per short text costs more
         for text in texts(messages):
             if len(text) < MEMO_MIN_CHARS:
                 short.append(text)
@@ -137,9 +167,35 @@ class MarginMeter:
             e, u = self.bounds(text)
             estimate += e
             upper += u
-        e, u = text_bounds("\n".join(short))
+        e, u = self._joined_bounds(short)
         estimate, upper = estimate + e, upper + u
         return max(MIN_MARGIN, upper / estimate - 1) if estimate else MIN_MARGIN
+
+    def _joined_bounds(self, short: list[str]) -> tuple[float, float]:
+        """`text_bounds("\\n".join(short))`, the same figures, from the class counts of runs of
+        `SHORT_RUN` texts, each run's remembered."""
+        if not short:
+            return 0.0, 0.0
+        total: list[int] | None = None
+        runs = 0
+        for start in range(0, len(short), SHORT_RUN):
+            text = "\n".join(short[start : start + SHORT_RUN])
+            key = (hash(text), len(text))
+            counts = self._runs.get(key)
+            if counts is None:
+                counts = tuple(_class_counts(text))
+                if len(self._runs) >= RUN_MEMO_SIZE:
+                    with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                        del self._runs[next(iter(self._runs))]
+                self._runs[key] = counts
+            total = list(counts) if total is None else [a + b for a, b in zip(total, counts, strict=True)]
+            runs += 1
+        assert total is not None
+        joins = runs - 1  # the newline between two runs: one byte, one character, a newline
+        total[_NEWLINE_AT] += joins
+        total[-2] += joins
+        total[-1] += joins
+        return _bounds_of(total)
 
 
 def calibrated_margin(margin: float, factor: float) -> float:

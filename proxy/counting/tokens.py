@@ -40,9 +40,10 @@ class MemoTextCounter:
     so nearly every text of a request was counted for the one before: looking it up is ten times
     cheaper than counting it again. Texts are remembered by their hash and length, not kept, so the
     memo's memory is a few dozen bytes an entry whatever the texts' size; the least recently used
-    go first past `size` entries. Short texts are counted afresh (they are cheap)."""
+    go first past `size` entries. Every text but the empty one is remembered: counting even a
+    short one (a translate and a dozen class counts) costs several times the lookup."""
 
-    MIN_CHARS = 64
+    MIN_CHARS = 1
 
     def __init__(self, count_text: TextCounter, size: int = 200_000) -> None:
         self.count_text = count_text
@@ -103,7 +104,7 @@ class RequestCounter:
             if key == "role" or key == "tool_call_id" or value is None:
                 continue
             if key == "content":
-                raw += self.content(value)
+                raw += self.count_text(value) if value.__class__ is str else self.content(value)
             elif isinstance(value, str):
                 raw += self.count_text(value)
             else:

@@ -34,25 +34,29 @@ _INT_DIGITS = 18  # an integer of this many digits or fewer fits in 64 bits
 
 def _scan(value: Any) -> tuple[int, bool]:
     """How deep a parsed value nests, and whether it holds a number beyond 64 bits (one walk of the
-    containers, no recursion; it stops past `MAX_JSON_DEPTH`). Only containers are stacked: the
-    scalars of one are looked at in its own loop."""
+    containers, level by level, no recursion; it stops past `MAX_JSON_DEPTH`). Only containers are
+    kept for the next level: the scalars of one are looked at in its own loop."""
     if not isinstance(value, dict | list):
         return 0, type(value) is float and not -_HUGE < value < _HUGE
-    stack = [(value, 1)]
-    deepest, huge = 0, False
-    while stack:
-        item, depth = stack.pop()
-        if depth > deepest:
-            deepest = depth
-            if deepest > MAX_JSON_DEPTH:
-                break
-        for child in item.values() if isinstance(item, dict) else item:
-            kind = type(child)
-            if kind is dict or kind is list:
-                stack.append((child, depth + 1))
-            elif kind is float and not -_HUGE < child < _HUGE:
-                huge = True
-    return deepest, huge
+    level: list[Any] = [value]
+    depth, huge = 0, False
+    while level:
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            break
+        below: list[Any] = []
+        keep = below.append
+        for item in level:
+            for child in item.values() if type(item) is dict else item:
+                kind = type(child)
+                if kind is str:  # most values: checked first
+                    continue
+                if kind is dict or kind is list:
+                    keep(child)
+                elif kind is float and not -_HUGE < child < _HUGE:
+                    huge = True
+        level = below
+    return depth, huge
 
 
 def _exact_float(text: str) -> float | orjson.Fragment:

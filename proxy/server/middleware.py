@@ -5,7 +5,8 @@ the request id (with the `Date` header), and the API-key check.
 from __future__ import annotations
 
 import hmac
-import uuid
+import os
+import time
 from email.utils import formatdate
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -63,7 +64,7 @@ class RequestId:
             if name.lower() == b"x-request-id":
                 incoming = value  # the last one, as a dict of the headers would keep
         given = incoming[:128].decode("latin-1").strip()
-        rid = given if given.isprintable() and given else uuid.uuid4().hex
+        rid = given if given.isprintable() and given else os.urandom(16).hex()
         token = request_id.set(rid)
 
         async def send_with_id(message: Message) -> None:
@@ -73,7 +74,7 @@ class RequestId:
                 if b"x-request-id" not in names:  # the upstream's own wins
                     sent.append((b"x-request-id", rid.encode()))
                 if b"date" not in names:  # RFC 9110 6.6.1: the upstream's own, or the proxy's clock
-                    sent.append((b"date", formatdate(usegmt=True).encode()))
+                    sent.append((b"date", http_date()))
                 message["headers"] = sent
             await send(message)
 
@@ -81,6 +82,18 @@ class RequestId:
             await self.app(scope, receive, send_with_id)
         finally:
             request_id.reset(token)
+
+
+_date: tuple[int, bytes] = (0, b"")
+
+
+def http_date() -> bytes:
+    """The `Date` header's value for now, written once a second (it has a second's resolution)."""
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, formatdate(now, usegmt=True).encode())
+    return _date[1]
 
 
 class RequireApiKey:
