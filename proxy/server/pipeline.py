@@ -40,6 +40,7 @@ from proxy.server.intake import (
 from proxy.server.logs import request_id
 from proxy.server.parts import Parts
 from proxy.server.remote_compaction import RemoteCompaction
+from proxy.server.split_parse import SPLIT_PARSER
 from proxy.upstream.prompt_reports import Truncation
 from proxy.upstream.streaming import (
     TAIL_BYTES,
@@ -80,7 +81,7 @@ class Pipeline:
         raw = await self.read(request)
         body = await self.decode(raw)
         if self.remote_compaction.applies(route):  # Codex's remote compaction, in the server's place
-            if (expanded := self.remote_compaction.expand(body)) is not body:
+            if (expanded := self.remote_compaction.expand(body, raw)) is not body:
                 body, raw = expanded, dump_json(expanded)
             if self.remote_compaction.is_trigger(body):
                 return await self.remote_compaction.answer(self, request, route, body)
@@ -112,9 +113,10 @@ class Pipeline:
         return await read_json_body(request, self.settings.max_body_bytes)
 
     async def decode(self, raw: bytes) -> dict[str, Any]:
-        # A large body is parsed in a worker thread, like its plan: other clients are served meanwhile.
+        # A large body is parsed off the loop, like its plan (a huge one in a child process, handed
+        # back in pieces: `split_parse.py`): other clients are served meanwhile.
         if len(raw) >= OFFLOAD_BYTES:
-            return await self.planner.in_thread(parse_json_object, raw)
+            return await SPLIT_PARSER.parse(raw, self.planner.offloader)
         return parse_json_object(raw)
 
     def adapt(
