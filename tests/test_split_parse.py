@@ -123,6 +123,16 @@ def test_a_refused_body_gets_the_same_400(raw: bytes) -> None:
     )
 
 
+def test_the_pieces_read_from_the_file_are_the_same(tmp_path: Any) -> None:
+    raw = BODIES["huge numbers"] + b" "
+    path = tmp_path / "body.json"
+    path.write_bytes(raw)
+    done = split_parse.split_file(str(path))
+    assert done[0] == "ok"
+    pieced = assemble(done[2], done[1], (tmp_path / "body.json.out").read_bytes())
+    assert same(pieced, parse_json_object(raw))
+
+
 def test_every_piece_is_short_to_parse() -> None:
     raw = function_calls(20_000)
     done = split(raw)
@@ -150,9 +160,9 @@ def test_a_weighty_body_is_parsed_in_a_child_process_and_a_light_one_here(
     calls: list[bool] = []
     original = split_parse.assemble
 
-    def assembled(piece: Any, exact: bool) -> Any:
+    def assembled(piece: Any, exact: bool, data: bytes = b"") -> Any:
         calls.append(exact)
-        return original(piece, exact)
+        return original(piece, exact, data)
 
     monkeypatch.setattr(split_parse, "assemble", assembled)  # here: the pieces the child sent
 

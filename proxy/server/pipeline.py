@@ -81,7 +81,11 @@ class Pipeline:
         raw = await self.read(request)
         body = await self.decode(raw)
         if self.remote_compaction.applies(route):  # Codex's remote compaction, in the server's place
-            if (expanded := self.remote_compaction.expand(body, raw)) is not body:
+            expand = self.remote_compaction.expand  # a large body's items walked off the loop
+            expanded = (
+                await self.planner.in_thread(expand, body) if len(raw) >= OFFLOAD_BYTES else expand(body)
+            )
+            if expanded is not body:
                 body, raw = expanded, dump_json(expanded)
             if self.remote_compaction.is_trigger(body):
                 return await self.remote_compaction.answer(self, request, route, body)
