@@ -11,20 +11,51 @@ checkout's `proxy` package runs too, the two taking turns round by round.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from tests.support.hostile import hostile_upstream
+from tests.support.hostile import Hostile, ScriptedHandler, Seen, hostile_upstream
 from tests.support.processes import free_port, running
-from tests.test_redteam_bodies import answer_all, function_calls
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def function_calls(calls: int) -> bytes:
+    """A Responses body of `calls` function calls, each answered, then a question."""
+    items: list[dict[str, Any]] = []
+    for i in range(calls):
+        items.append({"type": "function_call", "call_id": f"call_{i}", "name": "f", "arguments": "{}"})
+        items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": "ok"})
+    items.append({"role": "user", "content": "and now?"})
+    return json.dumps({"model": "m", "input": items}).encode()
+
+
+def answer_responses(hostile: Hostile) -> None:
+    """The upstream answers a Responses request with a small completed response."""
+
+    def responses(h: ScriptedHandler, seen: Seen) -> None:
+        usage = {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11}
+        h.json(
+            200,
+            {
+                "id": "resp_1",
+                "object": "response",
+                "status": "completed",
+                "model": "m",
+                "output": [],
+                "usage": usage,
+            },
+        )
+
+    hostile.routes["/v1/responses"] = responses
 
 
 def one_round(url: str, content: bytes) -> tuple[float, float, float]:
@@ -68,7 +99,7 @@ def main() -> None:
     checkouts = {"this branch": ROOT, **({str(args.baseline): args.baseline} if args.baseline else {})}
     figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in checkouts}
     with hostile_upstream() as hostile:
-        answer_all(hostile)
+        answer_responses(hostile)
         for _ in range(args.rounds):
             for name, root in checkouts.items():
                 port = free_port()
