@@ -198,7 +198,9 @@ def test_6_pipelined_gets_never_read_leave_the_memory_bounded(stub: str) -> None
     burst = request * (256 * 1024 // len(request))  # about 7,700 requests
     with proxy_for(stub) as proxy:
         port = port_of(proxy)
-        idle = max(probe_latency(port, "/healthz")[1] for _ in range(20))
+        # The idle noise: the second slowest of 20 idle probes, as the busy figure is the second
+        # slowest of 10 (one scheduler spike on either side is not the proxy's doing).
+        idle = sorted(probe_latency(port, "/healthz")[1] for _ in range(20))[-2]
         before = proxy.rss_kb()
         with sockets(port, 50) as pipelining:
             for sock in pipelining:
@@ -207,13 +209,21 @@ def test_6_pipelined_gets_never_read_leave_the_memory_bounded(stub: str) -> None
                     sock.sendall(burst)
             time.sleep(2)
             during = proxy.rss_kb()
-            probes = [probe_latency(port, "/healthz") for _ in range(5)]
-        print(f"RSS {before // 1024} -> {during // 1024} MB; /healthz {probes}, idle {idle:.4f} s")
+            # The 50 connections' requests are still being answered (as fast as the kernel takes
+            # the answers) while the probes come: a probe is a new connection's request, which
+            # never waits behind their pipelined ones (`PipelineTurns`: 127 ms median, 1.3 s at
+            # worst before). On this shared two-core machine the scheduler alone sometimes keeps a
+            # process off the CPU for 100-200 ms, so a second series is allowed.
+            series = []
+            for _ in range(2):
+                probes = [probe_latency(port, "/healthz") for _ in range(10)]
+                series.append([round(seconds * 1000) for _, seconds in probes])
+                assert all(status == 200 for status, _ in probes)
+                if sorted(seconds for _, seconds in probes)[-2] < 0.05 + idle:
+                    break
+        print(f"RSS {before // 1024} -> {during // 1024} MB; /healthz ms {series}, idle {idle * 1000:.1f} ms")
         assert during < 300 * 1024, (before, during)
-        # The proxy is still answering the requests it was sent, as fast as the kernel takes the
-        # answers: a probe waits its turn among 50 busy connections (it was 10.7 s on 16efdaf).
-        assert all(status == 200 for status, _ in probes)
-        assert statistics.median(seconds for _, seconds in probes) < 0.5 + idle, probes
+        assert sorted(series[-1])[-2] < 50 + idle * 1000, (series, idle)
 
 
 @pytest.mark.process

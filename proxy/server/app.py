@@ -29,6 +29,7 @@ from proxy.server.live.routes import add_routes as add_live_page
 from proxy.server.middleware import CountRequests, RequestId, RequireApiKey
 from proxy.server.parts import Parts
 from proxy.server.pipeline import Pipeline
+from proxy.server.split_parse import SPLIT_PARSER
 from proxy.settings import Settings
 from proxy.upstream.forwarding import build_transport
 from proxy.upstream.streaming import StreamBroken
@@ -57,6 +58,7 @@ def create_app(
         # collection then walks only what requests allocated, not 100 ms of startup objects.
         gc.collect()
         gc.freeze()
+        SPLIT_PARSER.start()  # while the process is small: see `split_parse.py`
         await parts.start()
         try:
             yield

@@ -15,6 +15,7 @@ that open sockets and send nothing cannot keep the probes out (a probe sends its
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -99,6 +100,47 @@ class ProbeReserve:
 
     def leave(self, connection: Evictable) -> None:
         self.members.pop(connection, None)
+
+
+class PipelineTurns:
+    """Connections' pipelined requests started a few per turn of the event loop, in the order they
+    became ready, instead of each at once when the answer before it ends. A client that pipelines
+    thousands of requests (and 50 such clients) is answered at the same total rate, but each turn
+    of the loop runs only a few of those requests' steps, so a new connection's request (a probe)
+    waits for a few short turns, not behind one step of every busy connection's next request.
+    Requests that are not pipelined (a connection's first, or the next one after its answer was
+    read) never wait here."""
+
+    def __init__(self, per_turn: int) -> None:
+        self.per_turn = per_turn
+        self.waiting: deque[Callable[[], None]] = deque()
+        self.scheduled = False
+
+    def __len__(self) -> int:
+        return len(self.waiting)
+
+    def add(self, start: Callable[[], None]) -> None:
+        """`start` called in a later turn of the loop (it checks its connection is still open)."""
+        self.waiting.append(start)
+        if not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self._turn)
+
+    def _turn(self) -> None:
+        for _ in range(min(self.per_turn, len(self.waiting))):
+            self.waiting.popleft()()
+        self.scheduled = bool(self.waiting)
+        if self.scheduled:
+            asyncio.get_running_loop().call_soon(self._turn)
+
+
+def turns_of(server_state: Any, per_turn: int) -> PipelineTurns:
+    """The pipelined requests' turns of one server (one per worker process), on its `ServerState`."""
+    turns: PipelineTurns | None = getattr(server_state, "compact_pipeline_turns", None)
+    if turns is None:
+        turns = PipelineTurns(per_turn)
+        server_state.compact_pipeline_turns = turns
+    return turns
 
 
 def reserve_of(server_state: Any, size: int) -> ProbeReserve:

@@ -41,6 +41,7 @@ from proxy.server.jsonbody import dump_json, parse_json_object
 from proxy.server.logs import request_id
 from proxy.server.parts import Parts
 from proxy.server.remote_compaction import RemoteCompaction
+from proxy.server.split_parse import SPLIT_PARSER
 from proxy.server.ways import Direct, Passing
 from proxy.upstream.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.upstream.prompt_reports import Truncation
@@ -71,7 +72,10 @@ class Pipeline:
         flight = Flight.read(request, route, await self.read(request))
         body = await self.decode(flight.raw)
         if self.remote_compaction.applies(route):  # Codex's remote compaction, in the server's place
-            if (expanded := self.remote_compaction.expand(body)) is not body:
+            expand = self.remote_compaction.expand  # a large body's items walked off the loop
+            large = len(flight.raw) >= OFFLOAD_BYTES
+            expanded = await self.parts.planner.in_thread(expand, body) if large else expand(body)
+            if expanded is not body:
                 body, flight.raw = expanded, dump_json(expanded)
             if self.remote_compaction.is_trigger(body):
                 return await self.remote_compaction.answer(self, request, route, body)
@@ -104,9 +108,10 @@ class Pipeline:
         return await read_json_body(request, self.parts.settings.max_body_bytes)
 
     async def decode(self, raw: bytes) -> dict[str, Any]:
-        # A large body is parsed in a worker thread, like its plan: other clients are served meanwhile.
+        # A large body is parsed off the loop, like its plan (a huge one in a child process, handed
+        # back in pieces: `split_parse.py`): other clients are served meanwhile.
         if len(raw) >= OFFLOAD_BYTES:
-            return await self.parts.planner.in_thread(parse_json_object, raw)
+            return await SPLIT_PARSER.parse(raw, self.parts.planner.offloader)
         return parse_json_object(raw)
 
     def adapt(

@@ -50,7 +50,14 @@ from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proxy.errors import openai_error_body
-from proxy.server.flow import OVERLOADED, PROBE_PATHS, HeldFlow, answer_overloaded, reserve_of
+from proxy.server.flow import (
+    OVERLOADED,
+    PROBE_PATHS,
+    HeldFlow,
+    answer_overloaded,
+    reserve_of,
+    turns_of,
+)
 from proxy.settings import Settings
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
@@ -60,6 +67,7 @@ DEFAULT_MAX_CLIENT_CONNECTIONS = 1000
 DEFAULT_MIN_BODY_RATE = 240.0
 DEFAULT_MIN_BODY_RATE_GRACE = 5.0
 MAX_QUEUED = 8  # parsed requests waiting behind the answer under way, per connection
+PIPELINED_PER_TURN = 2  # pipelined requests started per turn of the event loop, of all connections
 PROBE_RESERVE = 16  # connections past the cap, for the probe paths only
 PRESSURE_SHARE = 0.5  # of the cap: from there on, the minimum body rate applies
 RATE_CHECK_EVERY = 1.0  # seconds, as Kestrel's heartbeat
@@ -109,6 +117,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.min_body_rate = limits.min_body_rate
         self.min_rate_grace = limits.min_body_rate_grace
         self.reserve = reserve_of(self.server_state, PROBE_RESERVE)
+        self.turns = turns_of(self.server_state, PIPELINED_PER_TURN)
         self.probe_only = False  # accepted past the cap: a probe path, or 503
         self.in_head = True  # from the connection's start or a message's end to the next head's end
         self.head_bytes = 0
@@ -188,9 +197,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         self.flow.resume_reading()
-        if self.pipeline:
-            cycle, app = self.pipeline.pop()
-            self._start_asgi_task(cycle, app)
+        if self.pipeline:  # the next one when its turn comes (left queued meanwhile: order is kept)
+            self.turns.add(self._start_pipelined)
         elif self.in_head and self.head_bytes == 0:
             self._arm(self.timeout_keep_alive, self._keep_alive_ended)
         elif self.in_head:  # the next head began while this answer was under way
@@ -198,6 +206,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.backlog and not self.releasing and not self._queue_full():
             self.releasing = True
             self.loop.call_soon(self._release)
+
+    def _start_pipelined(self) -> None:
+        if self.pipeline and not self.transport.is_closing():
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
 
     # --- reading ------------------------------------------------------------------------------------
 
