@@ -259,6 +259,6 @@ def test_workers_each_have_their_own_connection_cap(stub: str) -> None:
             for sock in held:
                 sock.sendall(chat_head(1000) + b"{")  # a body that never ends
             time.sleep(1)
-            refused = sum(answer_of(sock, 0.2).startswith(b"HTTP/1.1 503 ") for sock in held)
+            refused = sum(answer_of(sock, 1.0).startswith(b"HTTP/1.1 503 ") for sock in held)
             assert 20 <= refused <= 25, refused
             assert probe_latency(port, "/healthz")[0] == 200
