@@ -68,6 +68,8 @@ class Policy:
     preview_chars: int = 150
     # Tokens to reserve where dropped exchanges are replaced (a summary goes there, when summarising).
     gap_tokens: int = 0
+    # Old exchanges, once they must go, go down to this share of the target (hysteresis).
+    drop_to: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +174,7 @@ def compact(
         gap_tokens=policy.gap_tokens,
     )
     cuts = Cuts(index, count, policy.preview_chars, memo)
-    replay = Replay(index, budget, policy.keep_recent_tool_results, cuts)
+    replay = Replay(index, budget, policy.keep_recent_tool_results, cuts, policy.drop_to)
     replay.run()
     return _result(replay, count, before)
 

@@ -60,6 +60,7 @@ MARGIN_STEP = 0.01  # what is sent, this much lighter than the whole request, is
 def _chars(messages: list[dict[str, object]]) -> int:
     """Characters of the messages' text (a cheap size: `len` of each)."""
     return sum(len(text_of(message.get("content"))) for message in messages)
+STABLE_SLACK = 0.1  # how far the calibrated factor may undercount a request and still be used
 SETTLE_ROUNDS = 5  # plans made again with a larger margin, for the output's own line
 
 
@@ -106,7 +107,10 @@ class Planner:
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
         self.policy = Policy(
-            protected_tools=settings.protected_tools, preview_chars=settings.preview_chars, gap_tokens=gap
+            protected_tools=settings.protected_tools,
+            preview_chars=settings.preview_chars,
+            gap_tokens=gap,
+            drop_to=settings.drop_to,
         )
 
     async def window(self, model: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> ModelWindow:
@@ -160,8 +164,16 @@ class Planner:
             return plan
         raw = plan.result.tokens_before / factor
         self.calibrator.observe(model, round(raw), exact)
-        plan = await self._planned(offload, body, messages, window, "estimate", exact / raw)
+        plan = await self._planned(offload, body, messages, window, "estimate", self._stable(model, exact / raw))
         return replace(await self._recount(body, plan, headers), counted_by="upstream")
+
+    def _stable(self, model: str, ratio: float) -> float:
+        """The factor to plan this request with: the calibrated one, which moves only in steps, unless
+        it undercounts this request by more than `STABLE_SLACK`. The request's own ratio moves a
+        little every turn, and with it every earlier cut the replay makes again (the server's prompt
+        cache lost each time); the recount catches what a slightly low factor leaves over the line."""
+        stable = self.calibrator.factor(model)
+        return stable if stable * (1 + STABLE_SLACK) >= ratio else ratio
 
     async def _planned(
         self,
