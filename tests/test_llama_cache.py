@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from benchmarks.bench_server_cache import conversations as bench_conversations
 from tests.support import cache_replay
 from tests.support import simulated_chats as sim
 from tests.support.server_cache import Run, replay
@@ -39,8 +40,6 @@ def after_first_cut(run: Run) -> list[int]:
 
 @pytest.mark.timeout(900)  # two replays of 40 requests on the real server, on a shared machine
 def test_the_proxys_cut_keeps_the_servers_cache_warm_in_a_chat(server: LlamaServer) -> None:
-    # The chat only: at 8k the agent loop's results leave no room to grow, and its cut moves on
-    # most calls (BENCHMARKS.md, "The server's prompt cache"), which this test would only restate.
     chat = sim.simulate(15, tokens_per_turn=650, seed=0)  # bench_server_cache's quick chat
     name, requests = "chat", [chat.history(k) for k in range(len(chat.requests))]
     with running_proxy(
@@ -52,8 +51,10 @@ def test_the_proxys_cut_keeps_the_servers_cache_warm_in_a_chat(server: LlamaServ
     compacted = after_first_cut(ours)
     assert len(compacted) >= 5, "the conversation must grow past the line, or this measures nothing"
     # Cut points only: most requests after the first cut reuse what the one before left in the cache.
-    assert ours.breaks <= 0.6 * len(compacted), f"{ours.breaks} prefix breaks in {len(compacted)} requests"
-    assert ours.share >= 0.5, f"{ours.share:.1%} of prompt tokens from the cache"
+    # With the line moving a little every turn (each request's own count ratio) and notes that only
+    # put off a drop a turn or two, 11 of these requests broke the prefix and 63% came from the cache.
+    assert ours.breaks <= 9, f"{ours.breaks} prefix breaks in {len(compacted)} requests"
+    assert ours.share >= 0.66, f"{ours.share:.1%} of prompt tokens from the cache"
 
     sample = requests[3]
     ratio = cache_replay.plain_estimate("", sample) / count_prompt_tokens(
@@ -63,3 +64,19 @@ def test_the_proxys_cut_keeps_the_servers_cache_warm_in_a_chat(server: LlamaServ
     plain = replay(server.base_url, name, WINDOW, "seed", requests, lambda h: seed(h).messages)
     assert plain.refused_at is None
     assert plain.breaks > ours.breaks
+
+
+@pytest.mark.timeout(900)
+def test_the_proxys_cut_keeps_the_servers_cache_in_an_agent_loop(server: LlamaServer) -> None:
+    # bench_server_cache's quick loop: at 8k its three kept results nearly fill the line, so most
+    # calls drop the exchange before them (BENCHMARKS.md, "The server's prompt cache"); what must
+    # hold is that every call is answered within the window and the reuse does not fall below that.
+    name, requests = next(iter(bench_conversations(quick=True)))
+    with running_proxy(
+        f"{server.base_url}/v1", "auto", tokenizer="upstream", upstream_kind="openai"
+    ) as proxy:
+        ours = replay(proxy.base_url, name, WINDOW, "ours", requests, lambda h: h)
+    assert ours.refused_at is None and ours.answered == len(requests)
+    assert max(ours.kept) <= server.n_ctx
+    assert len(after_first_cut(ours)) >= 5, "the loop must grow past the line"
+    assert ours.share >= 0.3, f"{ours.share:.1%} of prompt tokens from the cache"

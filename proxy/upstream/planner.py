@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from proxy.counting.cache import LruCache
+from proxy.counting.cache import LruCache, ModelTable
 from proxy.counting.calibration import Calibrator
 from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, texts
 from proxy.counting.tokens import RequestCounter, text_of
@@ -60,6 +60,7 @@ MARGIN_STEP = 0.01  # what is sent, this much lighter than the whole request, is
 def _chars(messages: list[dict[str, object]]) -> int:
     """Characters of the messages' text (a cheap size: `len` of each)."""
     return sum(len(text_of(message.get("content"))) for message in messages)
+MARGIN_SLACK = 0.1  # how much larger than measured the margin of a model's last plan may be and still be used
 STABLE_SLACK = 0.1  # how far the calibrated factor may undercount a request and still be used
 SETTLE_ROUNDS = 5  # plans made again with a larger margin, for the output's own line
 
@@ -101,6 +102,7 @@ class Planner:
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
         self.notes = LockedMemo(LruCache(NOTE_MEMO_SIZE, settings.memo_bytes))
         self.margins = MarginMeter()  # the estimate's margin, by what the text is
+        self.steady_margins: ModelTable[float] = ModelTable()  # the margin each model's last plan used
         self.by_model = ModelTokenizers(settings.tokenizer_by_model)
         self._no_exact_until = 0.0
         self.offloader = Offloader()
@@ -166,6 +168,17 @@ class Planner:
         self.calibrator.observe(model, round(raw), exact)
         plan = await self._planned(offload, body, messages, window, "estimate", self._stable(model, exact / raw))
         return replace(await self._recount(body, plan, headers), counted_by="upstream")
+
+    def _steady(self, model: str, margin: float) -> float:
+        """The margin to plan with: the one the model's last plan used, if it is no smaller than
+        `margin` and at most `MARGIN_SLACK` larger. The margin measured on a chat's text moves a little
+        every turn as the chat grows, and with it the line every earlier cut is made against again
+        (the server's prompt cache lost each time); a larger margin only compacts a little earlier."""
+        last = self.steady_margins.get(model)
+        if last is not None and margin <= last <= margin + MARGIN_SLACK:
+            return last
+        self.steady_margins[model] = margin
+        return margin
 
     def _stable(self, model: str, ratio: float) -> float:
         """The factor to plan this request with: the calibrated one, which moves only in steps, unless
@@ -286,6 +299,7 @@ class Planner:
         factor: float,
         margin: float,
     ) -> ChatPlan:
+        margin = self._steady(str(body.get("model") or ""), margin)
         counter = self.counter(spec, factor)
         plan = plan_chat(
             body,
@@ -414,3 +428,4 @@ class Planner:
     def read_report(self, plan: ChatPlan, reported: int | None) -> Truncation | None:
         """`learn`, and the cut the count shows, if the upstream cut the prompt."""
         return self.reports.read_report(plan, reported)
+
