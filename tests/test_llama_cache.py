@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks.bench_server_cache import conversations as bench_conversations
 from tests.support import cache_replay
 from tests.support import simulated_chats as sim
+from tests.support.loops import one_request_loop
 from tests.support.server_cache import Run, replay
 from tests.support.upstreams.llama import LlamaServer, count_prompt_tokens, running_llama_server
 from tests.support.upstreams.proxy_server import running_proxy
@@ -69,10 +69,12 @@ def test_the_proxys_cut_keeps_the_servers_cache_warm_in_a_chat(server: LlamaServ
 
 @pytest.mark.timeout(900)
 def test_the_proxys_cut_keeps_the_servers_cache_in_an_agent_loop(server: LlamaServer) -> None:
-    # bench_server_cache's quick loop: at 8k its three kept results nearly fill the line, so most
-    # calls drop the exchange before them (BENCHMARKS.md, "The server's prompt cache"); what must
-    # hold is that every call is answered within the window and the reuse does not fall below that.
-    name, requests = next(iter(bench_conversations(quick=True)))
+    # One request and the tool calls after it, each call sent with the whole loop so far: at 8k the
+    # kept results nearly fill the line, so most calls drop the exchange before them (BENCHMARKS.md,
+    # "The server's prompt cache"); what must hold is every call answered within the window.
+    loop = one_request_loop(24, lines=80)
+    ends = [k for k, m in enumerate(loop) if m["role"] == "assistant"] + [len(loop)]
+    name, requests = "loop", [loop[:end] for end in ends]
     with running_proxy(
         f"{server.base_url}/v1", "auto", tokenizer="upstream", upstream_kind="openai"
     ) as proxy:
@@ -80,4 +82,5 @@ def test_the_proxys_cut_keeps_the_servers_cache_in_an_agent_loop(server: LlamaSe
     assert ours.refused_at is None and ours.answered == len(requests)
     assert max(ours.kept) <= server.n_ctx
     assert len(after_first_cut(ours)) >= 5, "the loop must grow past the line"
-    assert ours.share >= 0.3, f"{ours.share:.1%} of prompt tokens from the cache"
+    # 32.6% measured (14 prefix breaks in 25 requests): a guard, not a goal.
+    assert ours.share >= 0.25, f"{ours.share:.1%} of prompt tokens from the cache"
