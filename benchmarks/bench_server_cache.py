@@ -64,12 +64,16 @@ def conversations(quick: bool, shrink: int = 3) -> Iterator[tuple[str, list[list
 
 
 SENDERS = ("direct", "seed", "ours")
+# (target, drop_to): the default, drops only to the target (as before), and lower targets and drops.
+TRADEOFF_KNOBS = [(0.6, 0.8), (0.6, 1.0), (0.6, 0.6), (0.5, 0.8), (0.4, 0.8)]
 
 
-def measure(quick: bool, windows: list[int], senders: tuple[str, ...] = SENDERS) -> list[Run]:
+def measure(quick: bool, windows: list[int], senders: tuple[str, ...] = SENDERS, only: str = "") -> list[Run]:
     runs: list[Run] = []
     for window in windows:
         for name, requests in conversations(quick):
+            if only not in name:
+                continue
             with ExitStack() as stack:
                 server = stack.enter_context(running_llama_server(ctx=window))
                 # The seed counts chars/4: told the window in that count, as measured on this server.
@@ -99,24 +103,26 @@ def measure(quick: bool, windows: list[int], senders: tuple[str, ...] = SENDERS)
                     )
                     runs.append(replay(proxy.base_url, name, window, "ours", requests, lambda h: h))
             print(
-                f"{name} at {window}: " + ", ".join(f"{r.sender} {r.share:.1%}" for r in runs[-3:]),
+                f"{name} at {window}: "
+                + ", ".join(f"{r.sender} {r.share:.1%}" for r in runs[-len(senders) :]),
                 file=sys.stderr,
             )
     return runs
 
 
-def tradeoff(quick: bool, window: int, targets: list[float]) -> str:
+def tradeoff(quick: bool, window: int, knobs: list[tuple[float, float]]) -> str:
     """Without a server: the share of each request's tokens (by the estimate) the next one sends
-    again as an unchanged prefix, against the tokens of history each request keeps, per target, for
-    the same conversations through the planner (`window` in the estimate's tokens)."""
+    again as an unchanged prefix, against the tokens of history each request keeps, per target and
+    `drop_to`, for the same conversations through the planner (`window` in the estimate's tokens)."""
     counter = RequestCounter(text_counter("estimate"))
     lines = [
-        "| conversation | target | prefix kept (of each request's tokens) | prefix broke | mean request (tokens kept) |",
-        "| --- | --- | --- | --- | --- |",
+        "| conversation | target | drop to | prefix kept (of each request's tokens) | prefix broke | mean request (tokens kept) |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for name, requests in conversations(quick):
-        for target in targets:
-            planner = Planner(Settings(_env_file=None, window=window, target=target))  # type: ignore[call-arg]
+        for target, drop_to in knobs:
+            settings = Settings(_env_file=None, window=window, target=target, drop_to=drop_to)  # type: ignore[call-arg]
+            planner = Planner(settings)
             previous: list[Message] | None = None
             kept = total = breaks = 0
             for history in requests:
@@ -132,7 +138,7 @@ def tradeoff(quick: bool, window: int, targets: list[float]) -> str:
                 total += sum(costs)
                 previous = out
             lines.append(
-                f"| {name} | {target} | {kept / max(1, total):.1%} | {breaks} of {len(requests)} | "
+                f"| {name} | {target} | {drop_to} | {kept / max(1, total):.1%} | {breaks} of {len(requests)} | "
                 f"{total / max(1, len(requests)):,.0f} |"
             )
     return "\n".join(lines)
@@ -163,6 +169,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--windows", type=str, help="default 8192,32768 (8192 with --quick)")
     parser.add_argument("--senders", type=str, default=",".join(SENDERS))
     parser.add_argument(
+        "--only", type=str, default="", help="the conversations whose name has this (loop, chat)"
+    )
+    parser.add_argument(
         "--tradeoff",
         type=int,
         metavar="WINDOW",
@@ -176,9 +185,9 @@ def main(argv: list[str] | None = None) -> None:
     command = " ".join(["python -m benchmarks.bench_server_cache", *map(shlex.quote, given)])
     started = time.perf_counter()
     if args.tradeoff:
-        print(f"`{command}`\n\n" + tradeoff(args.quick, args.tradeoff, [0.6, 0.5, 0.4]))
+        print(f"`{command}`\n\n" + tradeoff(args.quick, args.tradeoff, TRADEOFF_KNOBS))
         return
-    runs = measure(args.quick, windows, tuple(args.senders.split(",")))
+    runs = measure(args.quick, windows, tuple(args.senders.split(",")), args.only)
     print(markdown(runs, command, time.perf_counter() - started))
     print(
         json.dumps(

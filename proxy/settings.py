@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     clamp_max_tokens: bool | Literal["auto"] = "auto"
     threshold: float = Field(default=0.8, gt=0, le=1)
     target: float = Field(default=0.6, gt=0, le=1)
+    # Once old exchanges must go, they go down to this share of the target, not just to the target:
+    # the next turns then append to an unchanged prefix (the server's prompt cache) for longer.
+    drop_to: float = Field(default=0.8, gt=0, le=1)
     keep_recent_turns: int = Field(default=2, ge=1)
     keep_recent_tool_results: int = Field(default=3, ge=0)
     reply_reserve: int = Field(default=1024, ge=0)

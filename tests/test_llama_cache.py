@@ -16,6 +16,7 @@ import pytest
 
 from tests.support import cache_replay
 from tests.support import simulated_chats as sim
+from tests.support.loops import one_request_loop
 from tests.support.server_cache import Run, replay
 from tests.support.upstreams.llama import LlamaServer, count_prompt_tokens, running_llama_server
 from tests.support.upstreams.proxy_server import running_proxy
@@ -39,8 +40,6 @@ def after_first_cut(run: Run) -> list[int]:
 
 @pytest.mark.timeout(900)  # two replays of 40 requests on the real server, on a shared machine
 def test_the_proxys_cut_keeps_the_servers_cache_warm_in_a_chat(server: LlamaServer) -> None:
-    # The chat only: at 8k the agent loop's results leave no room to grow, and its cut moves on
-    # most calls (BENCHMARKS.md, "The server's prompt cache"), which this test would only restate.
     chat = sim.simulate(15, tokens_per_turn=650, seed=0)  # bench_server_cache's quick chat
     name, requests = "chat", [chat.history(k) for k in range(len(chat.requests))]
     with running_proxy(
@@ -52,8 +51,11 @@ def test_the_proxys_cut_keeps_the_servers_cache_warm_in_a_chat(server: LlamaServ
     compacted = after_first_cut(ours)
     assert len(compacted) >= 5, "the conversation must grow past the line, or this measures nothing"
     # Cut points only: most requests after the first cut reuse what the one before left in the cache.
-    assert ours.breaks <= 0.6 * len(compacted), f"{ours.breaks} prefix breaks in {len(compacted)} requests"
-    assert ours.share >= 0.5, f"{ours.share:.1%} of prompt tokens from the cache"
+    # With the line moving a little every turn (each request's own count ratio) and notes that only
+    # put off a drop a turn or two, 13 of these requests broke the prefix and 62.1% came from the
+    # cache (957c7e4); now 10 and 67.3% (BENCHMARKS.md).
+    assert ours.breaks <= 11, f"{ours.breaks} prefix breaks in {len(compacted)} requests"
+    assert ours.share >= 0.65, f"{ours.share:.1%} of prompt tokens from the cache"
 
     sample = requests[3]
     ratio = cache_replay.plain_estimate("", sample) / count_prompt_tokens(
@@ -63,3 +65,22 @@ def test_the_proxys_cut_keeps_the_servers_cache_warm_in_a_chat(server: LlamaServ
     plain = replay(server.base_url, name, WINDOW, "seed", requests, lambda h: seed(h).messages)
     assert plain.refused_at is None
     assert plain.breaks > ours.breaks
+
+
+@pytest.mark.timeout(900)
+def test_the_proxys_cut_keeps_the_servers_cache_in_an_agent_loop(server: LlamaServer) -> None:
+    # One request and the tool calls after it, each call sent with the whole loop so far: at 8k the
+    # kept results nearly fill the line, so most calls drop the exchange before them (BENCHMARKS.md,
+    # "The server's prompt cache"); what must hold is every call answered within the window.
+    loop = one_request_loop(24, lines=80)
+    ends = [k for k, m in enumerate(loop) if m["role"] == "assistant"] + [len(loop)]
+    name, requests = "loop", [loop[:end] for end in ends]
+    with running_proxy(
+        f"{server.base_url}/v1", "auto", tokenizer="upstream", upstream_kind="openai"
+    ) as proxy:
+        ours = replay(proxy.base_url, name, WINDOW, "ours", requests, lambda h: h)
+    assert ours.refused_at is None and ours.answered == len(requests)
+    assert max(ours.kept) <= server.n_ctx
+    assert len(after_first_cut(ours)) >= 5, "the loop must grow past the line"
+    # 32.6% measured (14 prefix breaks in 25 requests): a guard, not a goal.
+    assert ours.share >= 0.25, f"{ours.share:.1%} of prompt tokens from the cache"

@@ -149,7 +149,7 @@ def compact(
         gap_tokens=policy.gap_tokens,
     )
     cuts = Cuts(index, count, policy.preview_chars, memo)
-    replay = Replay(index, budget, policy.keep_recent_tool_results, cuts)
+    replay = Replay(index, budget, policy.keep_recent_tool_results, cuts, policy.drop_to)
     replay.run()
     return _result(replay, count, before)
 

@@ -42,6 +42,8 @@ class Policy:
     preview_chars: int = 150
     # Tokens to reserve where dropped exchanges are replaced (a summary goes there, when summarising).
     gap_tokens: int = 0
+    # Old exchanges, once they must go, go down to this share of the target (hysteresis).
+    drop_to: float = 1.0
 
 
 class NoteMemo(Protocol):

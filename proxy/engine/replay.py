@@ -24,6 +24,7 @@ class Replay:
     budget: Budget
     keep_recent_tool_results: int
     cuts: Cuts  # what is noted and capped
+    drop_to: float = 1.0  # old exchanges, once they must go, go down to this share of the target
     costs: list[int] = field(default_factory=list)  # each message's cost now
     acc: int = 0  # the running total of the request being replayed
     dropped: list[bool] = field(default_factory=list)
@@ -75,12 +76,15 @@ class Replay:
             self.next_tool += 1
             if not self.dropped[i]:
                 self._truncate(i)
-        # Dropping loses whole exchanges: only when truncating was not enough to get under the line,
-        # and then in one batch down to the target, so that level 2 moves rarely.
-        dropping = self.acc > budget.limit
+        # Dropping loses whole exchanges: only when truncating was not enough to reach the target,
+        # and then in one batch down to `drop_to` of it, so that level 2 moves rarely. Notes that
+        # leave the request between the target and the line would only put off the drop a turn or
+        # two, the prefix changed twice (the server's prompt cache lost twice) instead of once.
+        dropping = self.acc > budget.target
+        drop_to = int(budget.target * self.drop_to)
         while (
             dropping
-            and self.acc > budget.target
+            and self.acc > drop_to
             and self.next_unit < len(units)
             and units[self.next_unit].end <= keep_from
         ):

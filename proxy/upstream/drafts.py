@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from proxy.counting.cache import ModelTable
 from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, texts
 from proxy.counting.modes import Counting
 from proxy.counting.tokens import RequestCounter
@@ -21,6 +22,7 @@ from proxy.upstream.counters import text_counter
 # What is sent, this much lighter than the whole request, is planned again with its own margin.
 MARGIN_STEP = 0.01
 SETTLE_ROUNDS = 5  # plans made again with a larger margin, for the output's own line
+MARGIN_SLACK = 0.1  # how much larger than measured the margin of a model's last plan may be and still be used
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class Drafter:
         self.policy = policy
         self.notes = notes
         self.margins = MarginMeter()  # the estimate's margin, by what the text is
+        self.steady_margins: ModelTable[float] = ModelTable()  # the margin each model's last plan used
 
     def plan(self, draft: Draft, factor: float, margin: float | None = 0.0) -> ChatPlan:
         """The engine's plan. `margin` is what the counter may undercount; None: the estimate's,
@@ -123,7 +126,19 @@ class Drafter:
         settled = self._settled(lighter, draft, left, own)
         return plan if settled.result.overflow or not settled.result.changed else settled
 
+    def _steady(self, model: str, margin: float) -> float:
+        """The margin to plan with: the one the model's last plan used, if it is no smaller than
+        `margin` and at most `MARGIN_SLACK` larger. The margin measured on a chat's text moves a little
+        every turn as the chat grows, and with it the line every earlier cut is made against again
+        (the server's prompt cache lost each time); a larger margin only compacts a little earlier."""
+        last = self.steady_margins.get(model)
+        if last is not None and margin <= last <= margin + MARGIN_SLACK:
+            return last
+        self.steady_margins[model] = margin
+        return margin
+
     def _engine_plan(self, draft: Draft, factor: float, margin: float) -> ChatPlan:
+        margin = self._steady(str(draft.body.get("model") or ""), margin)
         plan = plan_chat(
             draft.body,
             draft.messages,

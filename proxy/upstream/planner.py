@@ -41,6 +41,7 @@ T = TypeVar("T")
 
 SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
+STABLE_SLACK = 0.1  # how far the calibrated factor may undercount a request and still be used
 NOTE_MEMO_SIZE = 4096
 # Requests with this much message text are planned in a worker thread: a first plan of it takes about
 # 50 ms here, a warm one 5 ms, so the hop (0.1-0.3 ms) is a few percent of it; smaller requests stay on
@@ -102,7 +103,10 @@ class Planner:
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
         self.policy = Policy(
-            protected_tools=settings.protected_tools, preview_chars=settings.preview_chars, gap_tokens=gap
+            protected_tools=settings.protected_tools,
+            preview_chars=settings.preview_chars,
+            gap_tokens=gap,
+            drop_to=settings.drop_to,
         )
         self.drafter = Drafter(settings, self.policy, self.notes)
         self.counter = self.drafter.counter
@@ -156,8 +160,16 @@ class Planner:
             return plan
         raw = plan.result.tokens_before / factor
         self.calibrator.observe(model, round(raw), counted)
-        plan = await self._planned(draft, counted / raw)
+        plan = await self._planned(draft, self._stable(model, counted / raw))
         return replace(await self._recount(draft, plan, headers), counted_by=Counting.UPSTREAM)
+
+    def _stable(self, model: str, ratio: float) -> float:
+        """The factor to plan this request with: the calibrated one, which moves only in steps, unless
+        it undercounts this request by more than `STABLE_SLACK`. The request's own ratio moves a
+        little every turn, and with it every earlier cut the replay makes again (the server's prompt
+        cache lost each time); the recount catches what a slightly low factor leaves over the line."""
+        stable = self.calibrator.factor(model)
+        return stable if stable * (1 + STABLE_SLACK) >= ratio else ratio
 
     async def _planned(self, draft: Draft, factor: float, margin: float | None = 0.0) -> ChatPlan:
         """The drafter's plan, in a worker thread for a large request: compacting a big history is CPU
@@ -302,3 +314,4 @@ class Planner:
         """After the answer: feed what the upstream says it read back into the calibration; the cut
         it shows, if the upstream cut the prompt silently (`PromptReports`)."""
         return self.reports.read_report(plan, reported)
+
