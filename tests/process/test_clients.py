@@ -6,7 +6,7 @@ Each chat is sent once straight to the upstream (which records exactly what the 
 once through the proxy: the client gets the answer, the upstream receives a compacted version of
 what the client sent (system prompt and last request kept, the old tool result replaced by a note,
 fewer tokens), and the `x-compaction-*` headers are read the way the row says. The Node `openai` SDK
-and the Vercel AI SDK have their own tests (tests/test_real_sockets.py, tests/test_vercel_ai.py);
+and the Vercel AI SDK have their own tests (tests/process/test_real_sockets.py, tests/process/test_vercel_ai.py);
 LiteLLM is not installed here (see the README).
 """
 

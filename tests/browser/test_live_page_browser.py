@@ -4,7 +4,7 @@ fake upstream that reports a prompt cache. Without a reload, the page must show 
 the blocks and struck blocks of what the proxy did (its `/compact` report, asked before each
 request), SENT equal to the `x-compaction-tokens-*` figures, and the red line at the threshold.
 
-`UI_SCREENSHOT=docs/ui.png pytest -m browser tests/test_live_page_browser.py` also writes the README's
+`UI_SCREENSHOT=docs/ui.png pytest -m browser tests/browser/test_live_page_browser.py` also writes the README's
 picture.
 """
 
@@ -178,7 +178,7 @@ def take_screenshot(page: Any, report: dict[str, Any], path: Path) -> None:
     page.wait_for_timeout(750)  # the blocks have settled; the hammer has not gone yet
     page.screenshot(path=str(path))
     if target := os.environ.get("UI_SCREENSHOT"):  # relative to the repository's root
-        shutil.copyfile(path, Path(__file__).resolve().parent.parent / target)
+        shutil.copyfile(path, Path(__file__).resolve().parents[2] / target)
 
 
 def expect_page(page: Any, totals: Sent, last: dict[str, Any], n: int) -> None:

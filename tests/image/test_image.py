@@ -32,7 +32,7 @@ from tests.support.upstreams.faulty import FaultyUpstream, serve_in_thread
 
 pytestmark = [pytest.mark.image, pytest.mark.slow, pytest.mark.timeout(900)]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PODMAN_ENV = {"CONTAINERS_CONF": str(REPO / "scripts" / "containers.conf")}
 BUILD_TIMEOUT_S = 840.0  # apt-get install podman runc debootstrap, the base (~2 min), the build
 START_TIMEOUT_S = 30.0

@@ -19,7 +19,7 @@ import yaml
 
 from proxy.settings import ENV_PREFIX, Settings
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 COMPOSE_FILES = [DEPLOY / "docker-compose.yml", DEPLOY / "docker-compose.vllm.yml"]
 KUBE_FILES = [DEPLOY / "kubernetes" / "sidecar.yaml", DEPLOY / "kubernetes" / "replicas.yaml"]
@@ -98,7 +98,7 @@ def compact_settings() -> list[tuple[str, dict[str, str]]]:
 def test_every_yaml_parses(path: Path) -> None:
     docs = load(path)
     assert docs and all(isinstance(doc, dict) for doc in docs)
-    assert path in COMPOSE_FILES + KUBE_FILES, "a new recipe: add it to tests/test_deploy.py"
+    assert path in COMPOSE_FILES + KUBE_FILES, "a new recipe: add it to tests/project/test_deploy.py"
 
 
 def test_every_compact_name_is_a_setting() -> None:

@@ -1,4 +1,4 @@
-"""What the real build (tests/test_image.py) cannot prove about the Dockerfile, checked in milliseconds.
+"""What the real build (tests/image/test_image.py) cannot prove about the Dockerfile, checked in milliseconds.
 
 The build here runs on a local base image, so the default `PYTHON_IMAGE` users build on is checked
 here; so is what `.dockerignore` keeps out of the build context, which no image shows.
@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.processes import VENV_BIN
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 
 

@@ -16,7 +16,7 @@ import pytest
 from tests.support.conversations import bike_shop_chat
 from tests.support.processes import free_port, running
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 

@@ -24,7 +24,7 @@ from tests.support.upstreams.proxy_server import running_proxy
 
 pytestmark = pytest.mark.llama
 
-TEMPLATE = Path(__file__).parent / "templates" / "strict-roles.jinja"
+TEMPLATE = Path(__file__).parents[1] / "templates" / "strict-roles.jinja"
 MODEL = "tiny"
 MAX_TOKENS = 8
 CHATS = {"loop": loop_chat, "answered loop": answered_loop_chat}

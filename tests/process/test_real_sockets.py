@@ -41,7 +41,7 @@ WINDOW = 100_000
 HEADER_LIMIT = 8192  # small, so that a body read together with its head is far over it
 UNDER_THE_LINE = (20_000, 64_000, 150_000)  # bytes: forwarded as they came
 OVER_THE_LINE = (1_000_000, 8_000_000)  # bytes: compacted
-NODE_DIR = Path(__file__).parent / "node"
+NODE_DIR = Path(__file__).parents[1] / "node"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROXY = ROOT / "proxy"
 
 # A module may import modules of its own rank or lower.
@@ -136,8 +136,8 @@ def test_tests_and_benchmarks_share_only_the_support_package(path: Path) -> None
 @pytest.mark.parametrize(
     ("module", "line"),
     [
-        ("tests/test_loops.py", "from tests.test_compaction import assert_invariants"),
-        ("tests/test_cache_stability.py", "from benchmarks import bench_cache"),
+        ("tests/engine/test_loops.py", "from tests.test_compaction import assert_invariants"),
+        ("tests/engine/test_cache_stability.py", "from benchmarks import bench_cache"),
         ("tests/support/fakes.py", "import benchmarks.run"),
         ("benchmarks/bench_engine.py", "from tests.test_formats import window_of"),
     ],

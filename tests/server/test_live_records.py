@@ -1,7 +1,7 @@
 """The live page's records, in-process: who a request belongs to, what a record says, the bounds,
 the well's blocks against the engine's report, the event stream's first events, and the page's
 routes (off, behind a key, no text unless asked). The page in a real browser is
-`tests/test_live_page_browser.py`."""
+`tests/browser/test_live_page_browser.py`."""
 
 from __future__ import annotations
 

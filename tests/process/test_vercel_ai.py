@@ -17,7 +17,7 @@ from tests.support.format_fixtures import last_body
 from tests.support.upstreams.chats import support_chat
 from tests.support.upstreams.formats import REPLY
 
-NODE_DIR = Path(__file__).parent / "node"
+NODE_DIR = Path(__file__).parents[1] / "node"
 SCRIPT = NODE_DIR / "vercel_responses.mjs"
 
 pytestmark = [

@@ -3,7 +3,7 @@ a socket could deliver (every way of cutting the same bytes), with an app that e
 
 How a client's bytes are cut into reads is up to the network and the scheduler; these cuts decide
 whether a limit that counts the wrong bytes refuses a request. The socket-level tests
-(tests/test_real_sockets.py) check the same through the real process, with real clients.
+(tests/process/test_real_sockets.py) check the same through the real process, with real clients.
 """
 
 from __future__ import annotations

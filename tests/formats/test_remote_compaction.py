@@ -1,7 +1,7 @@
 """Codex's remote compaction (`compaction_trigger`) answered by the proxy for a server that does not
 make `compaction` items, and those items expanded back before the server sees them (issue 26,
 part 2). In-process: the shapes, the round trip, the refusal of a forged item. The real Codex runs
-it in tests/test_agent_clis.py.
+it in tests/cli/test_agent_clis.py.
 """
 
 from __future__ import annotations

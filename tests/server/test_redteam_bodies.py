@@ -1,6 +1,6 @@
 """Hostile bodies against the real process (issue 23, rows 1-4, 7-9 and 11), one section per row.
 
-The real `compacting-proxy` runs on loopback in front of `Hostile` (`tests/test_redteam.py`: an
+The real `compacting-proxy` runs on loopback in front of `Hostile` (`tests/server/test_redteam.py`: an
 upstream in a thread of this process that records every request as it came). Where a row is about
 freezing the proxy, `/healthz` is polled while the heavy request runs and must answer within 50 ms
 plus the idle noise measured first in the same test (`health_during`). The property test of

@@ -3,7 +3,7 @@ the success or failure line, the counts, the error), then the names the next ste
 (grep's line numbers, cache paths, licence URLs, e-mail domains, sentences run together, `ls` sizes).
 
 Each golden failed on 654dec9 (no outcome, and the noise this file names). A golden that changes
-deliberately is rewritten here whole: `python -m tests.test_note_outcomes` prints the current notes.
+deliberately is rewritten here whole: `python -m tests.engine.test_note_outcomes` prints the current notes.
 """
 
 from __future__ import annotations
