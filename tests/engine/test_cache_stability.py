@@ -30,6 +30,7 @@ def ours(chat: sim.Conversation) -> cache_replay.Run:
     return cache_replay.replay(chat, cache_replay.ours(WINDOW, 0.6), "ours", WINDOW, keep_sent=True)
 
 
+@pytest.mark.slow  # a 60-turn replay: seconds, not milliseconds
 def test_retention_stays_high_and_no_request_goes_over_the_line(
     chat: sim.Conversation, ours: cache_replay.Run
 ) -> None:
@@ -43,6 +44,7 @@ def test_retention_stays_high_and_no_request_goes_over_the_line(
     )
 
 
+@pytest.mark.slow  # a 60-turn replay: seconds, not milliseconds
 def test_the_cut_moves_far_less_often_than_the_plain_algorithm(
     chat: sim.Conversation, ours: cache_replay.Run
 ) -> None:

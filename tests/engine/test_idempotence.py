@@ -16,6 +16,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -110,6 +111,7 @@ def assert_idempotent(settings_: Settings, body: dict[str, Any]) -> ChatPlan:
     return first
 
 
+@pytest.mark.slow  # a long property run: seconds, not milliseconds
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )

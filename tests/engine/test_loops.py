@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -171,6 +172,7 @@ def loops(draw: st.DrawFn) -> list[dict[str, Any]]:
     return loop
 
 
+@pytest.mark.slow  # a long property run: seconds, not milliseconds
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(loop=loops(), window=st.integers(1500, 40_000), keep_results=st.integers(0, 4))
 def test_loop_invariants(loop: list[dict[str, Any]], window: int, keep_results: int) -> None:

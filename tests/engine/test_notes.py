@@ -95,6 +95,7 @@ def adversarial_texts(draw: st.DrawFn) -> str:
     return unit * max(1, 40_000 // max(1, len(unit))) if len(unit) < 40_000 else unit[:400_000]
 
 
+@pytest.mark.slow  # a long property run: seconds, not milliseconds
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=adversarial_texts())
 def test_notes_and_caps_take_time_linear_in_the_result(text: str) -> None:

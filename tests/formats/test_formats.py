@@ -324,6 +324,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow  # a long property run: seconds, not milliseconds
 @pytest.mark.parametrize("path", ["/v1/responses", "/v1/messages", "/openai/deployments/d/chat/completions"])
 @settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
 @given(

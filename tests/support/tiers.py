@@ -12,6 +12,7 @@ Playwright and harnesses they import. Checks of the repository as a whole are in
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from itertools import combinations
 from pathlib import Path
 
@@ -26,9 +27,10 @@ NOT_TESTS = ("support", "node", "clis", "templates")
 PROJECT = "project"
 
 
-def mirrored() -> list[str]:
+@cache
+def mirrored() -> tuple[str, ...]:
     """The folders of `proxy/` a fast test file may sit in: its subpackages."""
-    return sorted(p.parent.name for p in PROXY.glob("*/__init__.py"))
+    return tuple(sorted(p.parent.name for p in PROXY.glob("*/__init__.py")))
 
 
 def tier_of(path: Path) -> str | None:
