@@ -13,7 +13,7 @@
 # `terminationGracePeriodSeconds`), or lower the timeout.
 #
 # Where Docker Hub cannot be reached, scripts/build_image.sh builds this file with podman on a local
-# Debian bookworm + Python 3.11 base (PYTHON_IMAGE); tests/test_image.py builds, runs and stops it.
+# Debian bookworm + Python 3.11 base (PYTHON_IMAGE); tests/image/test_image.py builds, runs and stops it.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 

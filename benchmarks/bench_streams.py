@@ -10,7 +10,7 @@ streamed chats one after the other. The upstream streams a known SSE body (``--c
 each round the proxy gets ``--settle`` seconds, then its RSS (``VmRSS``) and open file descriptors
 are read from ``/proc``. A table goes to stdout (Markdown).
 
-The driver (`drive`, in ``tests/support/load.py``) is the one ``tests/test_load.py`` runs. Traffic goes to 127.0.0.1 only; each
+The driver (`drive`, in ``tests/support/load.py``) is the one ``tests/slow/test_load.py`` runs. Traffic goes to 127.0.0.1 only; each
 round stops by itself after ``--deadline`` seconds whatever happened, and both processes are
 stopped at the end.
 """

@@ -2,7 +2,7 @@
 shaped as theirs are (roles, THOUGHT and one bash block a step, `<returncode>` observations; the
 SWE-agent tools, `OBSERVATION:` results, `cat -n` views, its cache-control marks) and made of real
 output. ``python -m benchmarks.check_trajectories`` generates a short one of each and checks them
-(tests/test_benchmark_commands.py runs it)."""
+(tests/bench/test_benchmark_commands.py runs it)."""
 
 from __future__ import annotations
 

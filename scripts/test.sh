@@ -40,7 +40,7 @@ if [ "${FAST:-0}" != "1" ]; then
     # would disturb the project's.
     .venv/bin/python scripts/aider_venv.py install >/dev/null
     # Up front, outside the tests' timeouts: podman & co. from Debian, the base image (first run only)
-    # and the layers tests/test_image.py then builds on.
+    # and the layers tests/image/test_image.py then builds on.
     ./scripts/build_image.sh >/dev/null
 fi
 

@@ -4,9 +4,12 @@ import os
 import socket
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.tiers import can_select, tier_of
 
 pytest_plugins = ["tests.support.upstreams.fixtures", "tests.support.format_fixtures"]
 
@@ -54,3 +57,29 @@ def pytest_configure(config: pytest.Config) -> None:
             setattr(os, name, _refuse(f"os.{name}"))
     for name in ("bind", "connect", "connect_ex"):
         setattr(socket.socket, name, _refuse_inet(f"socket.{name}", getattr(socket.socket, name)))
+
+
+_SKIPPED_TIERS = pytest.StashKey[dict[str, bool]]()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A tier's folder (`tests/process/`, `tests/llama/`, ...) is not even imported when the run's
+    `-m` cannot select a test carrying its marker: a plain `pytest` reads none of them."""
+    tier = tier_of(collection_path)
+    if tier is None or not config.option.markexpr:
+        return None
+    skip: dict[str, bool] = config.stash.setdefault(_SKIPPED_TIERS, {})
+    if tier not in skip:
+        from _pytest.mark.expression import Expression  # pytest's own parser of `-m`
+
+        skip[tier] = not can_select(Expression.compile(config.option.markexpr).evaluate, tier)
+    return True if skip[tier] else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test in a tier's folder carries that tier's marker, before `-m` selects: the folder says it."""
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is not None:
+            item.add_marker(tier)

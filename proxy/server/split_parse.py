@@ -10,7 +10,7 @@ each large container back as runs of its items, each run at most `PIECE_BYTES` o
 process never unpickles a large structure: it receives a few hundred byte strings and parses them
 one by one in a worker thread, each parse short enough for the loop to get the GIL in between.
 
-The result is the value `parse_json_object(raw)` gives (`tests/test_split_parse.py`): a value
+The result is the value `parse_json_object(raw)` gives (`tests/server/test_split_parse.py`): a value
 written by `dump_json` and read back is the same value, exact numbers and lone surrogates included.
 The bytes the client sent are not touched (they are forwarded as they came when nothing is
 compacted). When the pool cannot run (it broke, or no process can be started), the body is parsed

@@ -1,5 +1,5 @@
 // Sends chat requests through the proxy with the official Node `openai` SDK, one after another on
-// its keep-alive connection, and reports what happened to each, for tests/test_real_sockets.py.
+// its keep-alive connection, and reports what happened to each, for tests/process/test_real_sockets.py.
 //
 //   node long_chats.mjs BASE_URL REQUESTS.json
 //

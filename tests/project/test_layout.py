@@ -1,0 +1,135 @@
+"""Every test file where a newcomer looks for it (README, Development): a fast test beside the part
+of `proxy/` it tests (`tests/engine/` for `proxy/engine/`, `tests/test_settings.py` for
+`proxy/settings.py`), a file whose tests all need a tier in that tier's folder (`tests/process/`,
+`tests/llama/`, ...), checks of the repository as a whole in `tests/project/`. A plain `pytest`
+skips the tier folders unread, so a whole-tier file left among the fast ones costs every run its
+imports."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+from _pytest.mark.expression import Expression
+
+from tests.support.tiers import NOT_TESTS, PROJECT, PROXY, TESTS, TIERS, can_select, home, mirrored
+
+PYPROJECT = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+TEST_FILES = sorted(p for p in TESTS.rglob("test_*.py") if p.relative_to(TESTS).parts[0] not in NOT_TESTS)
+
+
+def misplaced(path: Path) -> str | None:
+    """Why a test file is not where the layout puts it, or None."""
+    parts = path.relative_to(TESTS).parts
+    where = f"tests/{'/'.join(parts)}"
+    if len(parts) == 1:
+        module = path.stem.removeprefix("test_")
+        if any(module == m.stem or module.startswith(m.stem + "_") for m in PROXY.glob("*.py")):
+            return None
+        return f"{where}: only a test of a module at proxy/'s top (test_settings.py) sits at tests/; move it to {home(path)}"
+    folder = parts[0]
+    if folder in TIERS or folder == PROJECT:
+        return None
+    if folder not in mirrored():
+        return f"{where}: tests/{folder}/ mirrors no folder of proxy/ and is no tier; move it to {home(path)}"
+    tier = whole_file_tier(path.read_text())
+    if tier:
+        return f"{where}: every test in it is marked `{tier}`; move it to tests/{tier}/"
+    return None
+
+
+def _tiers_named(node: ast.AST) -> set[str]:
+    """The tier markers an expression names as `pytest.mark.<tier>` (called or not)."""
+    return {
+        n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute) and n.attr in TIERS and ast.unparse(n.value) == "pytest.mark"
+    }
+
+
+def whole_file_tier(source: str) -> str | None:
+    """The tier every test of a module needs: named by its `pytestmark` or on every test function."""
+    tree = ast.parse(source)
+    common: set[str] | None = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
+        ):
+            named = _tiers_named(node.value)
+            if named:
+                return min(named, key=TIERS.index)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_"):
+            marks: set[str] = set().union(*(_tiers_named(d) for d in node.decorator_list))
+            common = marks if common is None else common & marks
+    return min(common, key=TIERS.index) if common else None
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: str(p.relative_to(TESTS)))
+def test_every_test_file_is_where_the_layout_puts_it(path: Path) -> None:
+    assert misplaced(path) is None, misplaced(path)
+
+
+def test_each_tier_marker_has_its_folder_and_each_folder_is_a_package() -> None:
+    markers = {line.split(":", 1)[0] for line in PYPROJECT["markers"]}
+    assert markers == set(TIERS)
+    for folder in [*TIERS, PROJECT, *mirrored()]:
+        if (TESTS / folder).is_dir():
+            assert (TESTS / folder / "__init__.py").exists(), f"tests/{folder}/ needs an __init__.py"
+
+
+def test_a_plain_pytest_imports_no_tier_folder() -> None:
+    default = PYPROJECT["addopts"][PYPROJECT["addopts"].index("-m") + 1]
+    for tier in TIERS:
+        assert not can_select(Expression.compile(default).evaluate, tier), tier
+
+
+@pytest.mark.parametrize(
+    ("expression", "tier", "selects"),
+    [
+        ("process", "process", True),
+        ("redis", "process", True),  # a test in tests/process/ may also be marked redis
+        ("not llama", "process", True),
+        ("process and not slow", "slow", False),
+        ("llama and cli", "cli", True),
+        ("not (process or cli)", "cli", False),
+        ("slow and not redis", "redis", False),
+    ],
+)
+def test_a_folder_is_skipped_only_when_none_of_its_tests_could_be_selected(
+    expression: str, tier: str, selects: bool
+) -> None:
+    assert can_select(Expression.compile(expression).evaluate, tier) is selects
+
+
+@pytest.mark.parametrize(
+    ("where", "source", "why"),
+    [
+        ("test_pipeline.py", "def test_x(): pass\n", "move it to tests/server/"),
+        ("test_planner.py", "def test_x(): pass\n", "move it to tests/upstream/"),
+        ("misc/test_x.py", "def test_x(): pass\n", "mirrors no folder"),
+        (
+            "engine/test_x.py",
+            "import pytest\npytestmark = pytest.mark.process\n",
+            "move it to tests/process/",
+        ),
+        (
+            "server/test_x.py",
+            "import pytest\n@pytest.mark.llama\ndef test_a(): pass\n@pytest.mark.llama\n"
+            "@pytest.mark.process\ndef test_b(): pass\n",
+            "move it to tests/llama/",
+        ),
+    ],
+)
+def test_the_check_says_where_a_misplaced_file_goes(
+    where: str, source: str, why: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = TESTS / where
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: source)
+    assert why in (misplaced(path) or "")
+
+
+def test_a_fast_file_with_some_tier_tests_stays_beside_its_part() -> None:
+    source = "import pytest\n@pytest.mark.process\ndef test_a(): pass\ndef test_b(): pass\n"
+    assert whole_file_tier(source) is None
