@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import httpx
@@ -23,6 +23,7 @@ from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
 from proxy.settings import Settings
 from proxy.upstream.planner import Planner
+from tests.support.json_handler import JsonHandler
 from tests.support.kinds import KINDS, text_of_kind
 from tests.support.processes import VENV_BIN, free_port, running
 
@@ -98,7 +99,7 @@ def test_parse_tree_output_is_undercounted_by_the_estimate_and_covered_by_the_ma
 # --- the real process: a Chinese paste at COMPACT_WINDOW=8192 -------------------------------------
 
 
-class _Upstream(BaseHTTPRequestHandler):
+class _Upstream(JsonHandler):
     """An OpenAI-like upstream (api.openai.com's behaviour): no `/tokenize` (404), chat completions
     answered with `usage.prompt_tokens` as the server counts it; every request body recorded."""
 
@@ -123,20 +124,6 @@ class _Upstream(BaseHTTPRequestHandler):
             "usage": {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1},
         }
         self._send(200, answer)
-
-    def do_GET(self) -> None:
-        self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
-
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import anthropic
 import pytest
 
 from tests.support.fakes import RecordingUpstream, proxy_client
+from tests.support.json_handler import JsonHandler
 from tests.support.processes import VENV_BIN, free_port, running
 
 MIN_THINKING_BUDGET = 1024  # Anthropic: 1024 <= budget_tokens < max_tokens
@@ -96,7 +97,7 @@ def test_the_budget_rule(asked: int, limit: int, expected: int) -> None:
 # --- the real process, the Anthropic SDK, an upstream that enforces Anthropic's rule ----------------
 
 
-class _Anthropic(BaseHTTPRequestHandler):
+class _Anthropic(JsonHandler):
     """Anthropic's Messages API as far as this rule goes (its documented validation of extended
     thinking): `thinking.budget_tokens` must be >= 1024 and < `max_tokens`, else 400
     `invalid_request_error`; otherwise a one-word answer. Every request body is recorded."""
@@ -122,17 +123,6 @@ class _Anthropic(BaseHTTPRequestHandler):
                 )
                 return
         self._send(200, anthropic_answer())
-
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.mark.process

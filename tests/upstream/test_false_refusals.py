@@ -14,7 +14,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import httpx
@@ -25,6 +25,7 @@ from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
 from proxy.settings import Settings
 from proxy.upstream.planner import Planner
+from tests.support.json_handler import JsonHandler
 from tests.support.kinds import text_of_kind
 from tests.support.processes import VENV_BIN, free_port, running
 
@@ -123,7 +124,7 @@ async def test_to_an_upstream_that_refuses_overflows_what_no_exact_count_puts_ov
     assert (await cutting.plan({"model": "m", "messages": over})).result.over_window
 
 
-class _OpenAI(BaseHTTPRequestHandler):
+class _OpenAI(JsonHandler):
     """api.openai.com as the proxy sees it (its documented overflow error): no `/tokenize` (404); a
     chat whose prompt, counted with `count`, is over `WINDOW` refused with 400
     `context_length_exceeded`, else answered; every chat body recorded."""
@@ -162,20 +163,6 @@ class _OpenAI(BaseHTTPRequestHandler):
                 "usage": usage,
             },
         )
-
-    def do_GET(self) -> None:
-        self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
-
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @contextlib.contextmanager
