@@ -57,7 +57,8 @@ class SharedRecords:
         """Queue one change for the others (no I/O here)."""
         kind = event["event"]
         key = (kind, event["well"]["seq"] if kind == "well" else event["record"]["seq"])
-        self._outbox.pop(key, None)
+        # A record changed again keeps its place: it stays ahead of its well, which the others need
+        # it for.
         self._outbox[key] = orjson.dumps(event)
         if len(self._outbox) > OUTBOX:
             del self._outbox[next(iter(self._outbox))]
