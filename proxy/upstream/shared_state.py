@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -143,16 +143,25 @@ class SharedState:
             raise
 
     async def _write(self) -> None:
+        await self.write_behind(self._wake, self._flush)
+
+    async def write_behind(
+        self, wake: asyncio.Event, flush: Callable[[], Awaitable[None]], pause: float = 0.0
+    ) -> None:
+        """Run `flush` each time `wake` is set (then rest `pause` seconds, so what comes meanwhile
+        goes together); when Redis fails, warn once and try again every `RETRY` seconds."""
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            await wake.wait()
+            wake.clear()
             try:
-                await self._flush()
+                await flush()
                 self.recovered()
+                if pause:
+                    await asyncio.sleep(pause)
             except Exception as exc:
                 self.failed(exc)
                 await asyncio.sleep(RETRY)
-                self._wake.set()
+                wake.set()
 
     async def _reload(self) -> None:
         for name, receive in self._tables.items():

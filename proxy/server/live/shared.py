@@ -99,16 +99,7 @@ class SharedRecords:
             raise
 
     async def _write(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            try:
-                await self._flush()
-                await asyncio.sleep(FLUSH_EVERY)
-            except Exception as exc:
-                self.state.failed(exc)
-                await asyncio.sleep(RETRY)
-                self._wake.set()
+        await self.state.write_behind(self._wake, self._flush, FLUSH_EVERY)
 
     async def _read(self) -> None:
         while True:
