@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from proxy.engine.plan import plan_chat
@@ -90,6 +91,19 @@ def test_a_record_says_what_the_hammer_did_and_what_is_new() -> None:
     assert records is not None
     assert records.totals.sent == sum(r.before for r, _ in seen)
     assert records.totals.forwarded == sum(r.after for r, _ in seen)
+
+
+def test_a_record_is_written_out_whole_and_apart_from_the_store() -> None:
+    conversation, plan, records = planned(requests_of(coding_loop(4))[-1])
+    record = records.add([], "chat", conversation, plan)
+    assert record is not None
+    record.truncation = {"sent": 10, "read": 8, "window": 8}
+    data = record.to_json()
+    assert data == asdict(record) and list(data) == list(asdict(record))
+    assert orjson.loads(orjson.dumps(record)) == data  # what the other replicas read
+    data["headers"]["x"] = data["truncation"]["sent"] = 0
+    assert "x" not in record.headers and record.truncation["sent"] == 10
+    assert records.totals.to_json() == asdict(records.totals)
 
 
 def test_the_store_is_bounded_by_conversations_and_requests() -> None:

@@ -5,7 +5,7 @@ totals (SENT). Sizes and decisions only, never message text (but the opening's p
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from proxy.server.live.well import Decided
@@ -23,6 +23,9 @@ class Totals:
     reported: int = 0  # prompt tokens the upstream reported, over the answers that reported them
     cached: int = 0
     answers: int = 0  # answers that reported their prompt size
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _TOTALS}
 
 
 @dataclass(slots=True)
@@ -61,7 +64,12 @@ class Record:
     origin_seq: int = 0  # its number there
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, with dicts of their own (dataclasses' `asdict` took 36 µs of every request)."""
+        data = {name: getattr(self, name) for name in _RECORD}
+        data["headers"] = dict(self.headers)
+        if self.truncation is not None:
+            data["truncation"] = dict(self.truncation)
+        return data
 
 
 @dataclass(slots=True)
@@ -88,6 +96,10 @@ class ConversationLog:
             "first_at": self.first_at,
             "preview": self.preview,
             "requests": self.totals.requests,
-            "totals": asdict(self.totals),
+            "totals": self.totals.to_json(),
             "last": last.to_json() if last else None,
         }
+
+
+_TOTALS = tuple(f.name for f in fields(Totals))
+_RECORD = tuple(f.name for f in fields(Record))

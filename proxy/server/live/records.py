@@ -19,7 +19,6 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
 from typing import Any, Protocol
 
 from proxy.counting.tokens import RequestCounter
@@ -185,7 +184,7 @@ class Records:
         return {
             "started": self.started,
             "content": self.content,
-            "totals": asdict(self.totals),
+            "totals": self.totals.to_json(),
             "limits": {"conversations": self.max_conversations, "requests": self.max_requests},
             "conversations": [c.summary() for c in reversed(self.conversations.values())],
         }
@@ -230,7 +229,7 @@ class Records:
                 {
                     "event": "record",
                     "conversation": {"source": log.source, "first_at": log.first_at, "preview": log.preview},
-                    "record": record.to_json(),
+                    "record": record,  # written out when sent: its latest state, once
                     "decided": [decided.messages, decided.truncated, decided.capped, decided.dropped],
                 }
             )
@@ -251,7 +250,7 @@ class Records:
     def show(self, log: ConversationLog, record: Record) -> None:
         self.publish(
             "record",
-            {"conversation": log.summary(), "record": record.to_json(), "totals": asdict(self.totals)},
+            {"conversation": log.summary(), "record": record.to_json(), "totals": self.totals.to_json()},
         )
 
     def _build_well(

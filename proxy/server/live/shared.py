@@ -46,7 +46,7 @@ class SharedRecords:
         self.state, self.records = state, records
         self.backlog = min(records.max_conversations * records.max_requests, 10_000)
         self.watching = False  # a page watches on another replica
-        self._outbox: dict[Hashable, bytes] = {}  # the latest change per record (or well)
+        self._outbox: dict[Hashable, dict[str, Any]] = {}  # the latest change per record (or well)
         self._prefix = self.state.origin.encode() + b" "  # each message and backlog entry starts so
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -54,12 +54,13 @@ class SharedRecords:
         state.attach(self)
 
     def send(self, event: dict[str, Any]) -> None:
-        """Queue one change for the others (no I/O here)."""
+        """Queue one change for the others (no I/O here). A record's event holds the `Record` itself,
+        written out when sent: a request recorded then answered is serialised once, as it ends."""
         kind = event["event"]
-        key = (kind, event["well"]["seq"] if kind == "well" else event["record"]["seq"])
+        key = (kind, event["well"]["seq"] if kind == "well" else event["record"].seq)
         # A record changed again keeps its place: it stays ahead of its well, which the others need
         # it for.
-        self._outbox[key] = orjson.dumps(event)
+        self._outbox[key] = event
         if len(self._outbox) > OUTBOX:
             del self._outbox[next(iter(self._outbox))]
         self._wake.set()
@@ -84,7 +85,7 @@ class SharedRecords:
         if not sending:
             return
         try:
-            events = list(sending.values())
+            events = [orjson.dumps(event) for event in sending.values()]
             pipe = self.state.redis.pipeline(transaction=False)
             pipe.publish(CHANNEL, self._prefix + b"[" + b",".join(events) + b"]")
             pipe.lpush(BACKLOG, *(self._prefix + event for event in events))
