@@ -20,6 +20,7 @@ from proxy.server.live.answers import cached_tokens
 from proxy.server.live.identity import conversation_key
 from proxy.server.live.records import Records
 from proxy.server.live.routes import _stream
+from proxy.server.live.shared import take
 from proxy.server.live.well import Decided, build_well
 from proxy.upstream.planner import Planner
 from tests.support.fakes import RecordingUpstream, completion, make_settings, proxy_client
@@ -278,3 +279,32 @@ async def test_every_compacted_format_appears() -> None:
     assert {c["format"] for c in seen.values()} == {w.name for w in wires.values()}
     for conversation in seen.values():
         assert conversation["last"]["dropped"] or conversation["last"]["truncated"]
+
+
+# ------------------------------------------------------------------ another replica's records
+
+
+def test_another_replicas_records_are_added_once_and_updated_in_place() -> None:
+    conversation, plan, sender = planned(requests_of(coding_loop(4))[-1])
+    first, second = (sender.add([], "chat", conversation, plan) for _ in range(2))
+    assert first is not None and second is not None
+    here = Records(make_settings(), Planner(make_settings()).counter_for)
+    newest: dict[str, int] = {}
+
+    def arrive(record: Any) -> None:
+        event = {
+            "event": "record",
+            "record": record,
+            "conversation": {"source": "hash", "first_at": 1.0, "preview": None},
+        }
+        event["decided"] = [record.messages, [], [], []]
+        take(here, {**orjson.loads(orjson.dumps(event)), "origin": "b"}, newest)
+
+    arrive(first)
+    arrive(second)
+    first.prompt_tokens = 7  # answered late: its update comes after the newer record
+    arrive(first)
+    arrive(second)  # a backlog replay of what is known changes nothing
+    (log,) = here.conversations.values()
+    assert [(r.origin_seq, r.prompt_tokens) for r in log.records] == [(1, 7), (2, None)]
+    assert here.totals.requests == 2 and here.totals.reported == 7 and newest == {"b": 2}

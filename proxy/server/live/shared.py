@@ -48,6 +48,7 @@ class SharedRecords:
         self.watching = False  # a page watches on another replica
         self._outbox: dict[Hashable, dict[str, Any]] = {}  # the latest change per record (or well)
         self._prefix = self.state.origin.encode() + b" "  # each message and backlog entry starts so
+        self._newest: dict[str, int] = {}  # the highest number taken from each other replica
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         records.link = self
@@ -142,14 +143,15 @@ class SharedRecords:
                 return
             origin, _, body = data.partition(b" ")
             for event in [orjson.loads(body)] if single else orjson.loads(body):
-                take(self.records, {**event, "origin": origin.decode()})
+                take(self.records, {**event, "origin": origin.decode()}, self._newest)
         except Exception as exc:  # another version's or a broken message: left out
             log.debug("ignored a shared record: %s", exc)
 
 
-def take(records: Records, event: dict[str, Any]) -> None:
+def take(records: Records, event: dict[str, Any], newest: dict[str, int]) -> None:
     """Add to `records` what another replica recorded (`Records.link`'s events): a record, new or
-    changed, kept under a local number; or the well of its latest one."""
+    changed, kept under a local number; or the well of its latest one. `newest` holds the highest
+    number taken from each replica: a record numbered above it is new, found without a search."""
     origin = event["origin"]
     if event["event"] == "well":
         well = event["well"]
@@ -176,7 +178,9 @@ def take(records: Records, event: dict[str, Any]) -> None:
         records.conversations.move_to_end(conversation.key)
         conversation.format, conversation.model = fields["format"], fields["model"] or conversation.model
     fields.update(origin=origin, origin_seq=fields["seq"])
-    record = _find(conversation, origin, fields["seq"])
+    known = fields["seq"] <= newest.get(origin, 0)
+    newest[origin] = max(fields["seq"], newest.get(origin, 0))
+    record = _find(conversation, origin, fields["seq"]) if known else None
     if record is None:
         record = Record(**{**fields, "seq": records.next_seq()})
         conversation.records.append(record)
