@@ -28,10 +28,10 @@ import pytest
 
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
+from tests.support.pastes import RESERVE, WINDOW, paste, real_size
 from tests.support.processes import free_port
 from tests.support.upstreams.chats import TOOLS, support_chat
 from tests.support.upstreams.faulty import FaultyUpstream, serve_in_thread
-from tests.upstream.test_false_refusals import RESERVE, WINDOW, paste, real_size
 
 pytestmark = [pytest.mark.image, pytest.mark.slow, pytest.mark.timeout(900)]
 
