@@ -5,7 +5,9 @@ python:3.11-slim-bookworm is); everything above the base is the Dockerfile as us
 As shipped, in its own network namespace (`--network none`), the image must pass its own HEALTHCHECK
 on 8080 as uid 10001 and stop with status 0 on SIGTERM. On the host's network (no bridges here, so on
 a free port), the official `openai` SDK sends a long chat through the container to a recording upstream
-on the host, which must receive it compacted.
+on the host, which must receive it compacted. It counts as a venv with the `tokenizers` extra: a
+named model exactly with no network at all, and a paste the estimate's margin would refuse with the
+heaviest real count, which forwards it.
 
 Marked `slow` as well as `image`: the first build makes the base (about two minutes), so the fast
 suite leaves these out and the full `scripts/test.sh` runs them.
