@@ -152,6 +152,8 @@ class Settings(BaseSettings):
     write_timeout: float = Field(default=60.0, gt=0)
     pool_timeout: float = Field(default=30.0, gt=0)
     max_connections: int = Field(default=512, ge=1)
+    # Seconds an idle pooled upstream connection is kept for reuse (closed within about twice this).
+    upstream_keep_alive: float = Field(default=30.0, gt=0)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     # Slow clients (read by `proxy.server.protocol` in every worker): seconds to a complete request head,

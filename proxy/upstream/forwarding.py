@@ -73,7 +73,7 @@ def build_transport(settings: Settings) -> httpx.AsyncBaseTransport:
     limits = httpx.Limits(
         max_connections=settings.max_connections,
         max_keepalive_connections=settings.max_connections,
-        keepalive_expiry=30,
+        keepalive_expiry=settings.upstream_keep_alive,
     )
     return UpstreamTransport(limits)
 

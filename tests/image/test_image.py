@@ -5,7 +5,9 @@ python:3.11-slim-bookworm is); everything above the base is the Dockerfile as us
 As shipped, in its own network namespace (`--network none`), the image must pass its own HEALTHCHECK
 on 8080 as uid 10001 and stop with status 0 on SIGTERM. On the host's network (no bridges here, so on
 a free port), the official `openai` SDK sends a long chat through the container to a recording upstream
-on the host, which must receive it compacted.
+on the host, which must receive it compacted. It counts as a venv with the `tokenizers` extra: a
+named model exactly with no network at all, and a paste the estimate's margin would refuse with the
+heaviest real count, which forwards it.
 
 Marked `slow` as well as `image`: the first build makes the base (about two minutes), so the fast
 suite leaves these out and the full `scripts/test.sh` runs them.
@@ -26,6 +28,9 @@ import openai
 import orjson
 import pytest
 
+from proxy.counting.tokenizers import load_text_counter
+from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
+from tests.support.pastes import RESERVE, WINDOW, paste, real_size
 from tests.support.processes import free_port
 from tests.support.upstreams.chats import TOOLS, support_chat
 from tests.support.upstreams.faulty import FaultyUpstream, serve_in_thread
@@ -160,10 +165,12 @@ def upstream() -> Iterator[FaultyUpstream]:
 
 
 @contextmanager
-def proxy_on_host_network(image: str, upstream: FaultyUpstream, window: int) -> Iterator[tuple[str, str]]:
+def proxy_on_host_network(
+    image: str, upstream: FaultyUpstream, window: int, **settings: str
+) -> Iterator[tuple[str, str]]:
     """The container in front of `upstream` on a free port of the host: its name and /v1 base URL."""
     port = free_port()
-    env = {"COMPACT_UPSTREAM_URL": upstream.url, "COMPACT_WINDOW": str(window)}
+    env = {"COMPACT_UPSTREAM_URL": upstream.url, "COMPACT_WINDOW": str(window), **settings}
     with container(image, "--port", str(port), network="host", env=env) as name:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}", api_key="unused", max_retries=0)
 
@@ -225,3 +232,57 @@ def test_sigterm_lets_an_open_stream_finish_then_exits_0(image: str, upstream: F
     # It waited for the stream (about 3 s of it were left), and no longer: SIGTERM, not SIGKILL.
     assert took, "podman stop failed"
     assert 1.0 < took[0] < GRACE_S, f"stopped after {took[0]:.1f} s"
+
+
+# The image counts as a venv with the `tokenizers` extra does (issue 24, item 1): the vocabularies are
+# in it. The 5cfd5c1 image, without them, counted the named model with the estimate and refused both
+# pastes.
+
+
+def test_a_model_named_for_a_bundled_vocabulary_is_counted_exactly_without_a_network(image: str) -> None:
+    """Llama 3.1 by its Ollama name, in a container with no network at all: the dry run's count is
+    Meta's tokenizer's, to the token (the vocabulary is a file in the image, nothing is fetched)."""
+    messages = paste("Chinese", 0.7)
+    llama3 = load_text_counter("llama3")
+    exact = sum(llama3(text_of(m["content"])) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMER
+    request = orjson.dumps({"model": "llama3.1:8b", "messages": messages})
+    post = (
+        "import sys, urllib.request; "
+        "r = urllib.request.Request('http://127.0.0.1:8080/compact', sys.stdin.buffer.read(), "
+        "{'content-type': 'application/json'}); "
+        "sys.stdout.buffer.write(urllib.request.urlopen(r, timeout=60).read())"
+    )
+    with container(image, network="none", env={"COMPACT_WINDOW": str(WINDOW)}) as name:
+        wait_until(name, lambda: healthcheck_passes(name), "healthy")
+        answer = subprocess.run(
+            ["podman", "exec", "--interactive", name, "python", "-c", post],
+            env={**os.environ, **PODMAN_ENV},
+            input=request,
+            capture_output=True,
+            timeout=90,
+        )
+    assert answer.returncode == 0, answer.stderr.decode()
+    report = orjson.loads(answer.stdout)["report"]
+    assert (report["counted_by"], report["tokens_before"]) == ("llama3", exact)
+
+
+@pytest.mark.parametrize(("kind", "fraction"), [("Japanese", 0.85), ("parse tree", 0.9)])
+def test_what_fits_the_heaviest_vocabulary_is_forwarded_not_refused(
+    image: str, upstream: FaultyUpstream, kind: str, fraction: float
+) -> None:
+    """A paste of an unnamed model that the estimate's margin puts over the window and the heaviest of
+    cl100k, o200k, Qwen2.5 and Llama 3 fits with the reply's room (`bench_margin`'s false refusals):
+    forwarded as it came, not refused with a 400."""
+    messages = paste(kind, fraction)
+    assert real_size(messages) + RESERVE <= WINDOW
+    with proxy_on_host_network(image, upstream, window=WINDOW, COMPACT_UPSTREAM_KIND="openai") as (
+        _,
+        base_url,
+    ):
+        client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, timeout=60)
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=messages, extra_headers={"x-fault": "ok; tag=fits"}
+        )
+    assert raw.status_code == 200
+    (received,) = [r for c in upstream.connections for r in c.requests if r.target.endswith("/completions")]
+    assert orjson.loads(received.body)["messages"] == messages

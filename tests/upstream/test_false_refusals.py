@@ -5,7 +5,8 @@ Ollama: no `/tokenize`), is counted with the heaviest of the vocabularies the ma
 the reply goes out; what does not is still refused; and a model the upstream's reports show heavier
 than all four is still judged by those reports.
 
-The ruler, as in `benchmarks/bench_margin.py`: the heaviest real count, the template's markers added.
+The ruler and the sized pastes are `tests/support/pastes.py` (the heaviest real count, as in
+`benchmarks/bench_margin.py`).
 """
 
 from __future__ import annotations
@@ -20,40 +21,15 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from proxy.counting.modes import HEAVIEST_OF, Counting
+from proxy.counting.modes import Counting
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
 from proxy.settings import Settings
 from proxy.upstream.planner import Planner
 from tests.support.json_handler import JsonHandler
 from tests.support.kinds import text_of_kind
+from tests.support.pastes import RESERVE, WINDOW, paste, real_size
 from tests.support.processes import VENV_BIN, free_port, running
-
-WINDOW = 8192
-RESERVE = 1024  # the reply's room a request must leave to count as one that fits
-
-
-def heaviest() -> Callable[[str], int]:
-    try:
-        counters = [load_text_counter(spec) for spec in HEAVIEST_OF]
-    except RuntimeError:
-        pytest.skip("the real tokenizers are not installed (the tokenizers extra)")
-    return lambda text: max(count(text) for count in counters)
-
-
-def real_size(messages: list[dict[str, Any]]) -> int:
-    count = heaviest()
-    return sum(count(text_of(m.get("content"))) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMER
-
-
-def paste(kind: str, fraction: float, seed: int = 1) -> list[dict[str, Any]]:
-    """A system prompt and a pasted text of `kind` whose real size is about `fraction` of the window."""
-    sample = text_of_kind(kind, 20_000, seed)
-    per_char = heaviest()(sample) / len(sample)
-    head: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."}]
-    rest = real_size([*head, {"role": "user", "content": "Look at this:\n"}])
-    chars = int((fraction * WINDOW - rest) / per_char)
-    return [*head, {"role": "user", "content": "Look at this:\n" + text_of_kind(kind, chars, seed)}]
 
 
 def planner() -> Planner:

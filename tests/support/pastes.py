@@ -1,0 +1,45 @@
+"""Requests sized by their real token count (issue 24, item 1): a system prompt and a pasted text of
+a kind (`tests.support.kinds`) that is a given share of an 8,192-token window by the heaviest of the
+vocabularies the estimate's margin is fitted on (cl100k_base, o200k_base, Qwen2.5, Llama 3).
+
+The ruler, as in `benchmarks/bench_margin.py`: the heaviest real count, the template's markers added.
+Needs the `tokenizers` extra (a test using it is skipped without).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from proxy.counting.modes import HEAVIEST_OF
+from proxy.counting.tokenizers import load_text_counter
+from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
+from tests.support.kinds import text_of_kind
+
+WINDOW = 8192
+RESERVE = 1024  # the reply's room a request must leave to count as one that fits
+
+
+def heaviest() -> Callable[[str], int]:
+    try:
+        counters = [load_text_counter(spec) for spec in HEAVIEST_OF]
+    except RuntimeError:
+        pytest.skip("the real tokenizers are not installed (the tokenizers extra)")
+    return lambda text: max(count(text) for count in counters)
+
+
+def real_size(messages: list[dict[str, Any]]) -> int:
+    count = heaviest()
+    return sum(count(text_of(m.get("content"))) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMER
+
+
+def paste(kind: str, fraction: float, seed: int = 1) -> list[dict[str, Any]]:
+    """A system prompt and a pasted text of `kind` whose real size is about `fraction` of the window."""
+    sample = text_of_kind(kind, 20_000, seed)
+    per_char = heaviest()(sample) / len(sample)
+    head: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."}]
+    rest = real_size([*head, {"role": "user", "content": "Look at this:\n"}])
+    chars = int((fraction * WINDOW - rest) / per_char)
+    return [*head, {"role": "user", "content": "Look at this:\n" + text_of_kind(kind, chars, seed)}]
