@@ -134,6 +134,17 @@ def texts(messages: Iterable[Mapping[str, Any]]) -> Iterable[str]:
             yield json_text(calls)
 
 
+def text_chars(messages: Iterable[Mapping[str, Any]], cap: int) -> int:
+    """Characters of the messages' `texts`, counted only until they pass `cap`: whether a request's
+    text can reach a bound is known from its first few messages, not from all 2,000."""
+    total = 0
+    for text in texts(messages):
+        total += len(text)
+        if total > cap:
+            break
+    return total
+
+
 class MarginMeter:
     """The margin of a request's messages, remembering each text's counts by its hash and length.
     Safe to share with plans in worker threads (a lost update only costs a recount)."""
