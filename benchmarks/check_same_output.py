@@ -39,7 +39,7 @@ def bodies() -> dict[str, bytes]:
     chinese = [
         {"role": "system", "content": "你是一个乐于助人的助手。"},
         *[
-            {"role": role, "content": "这是第%d段很长的中文内容，" % i * 40}
+            {"role": role, "content": f"这是第{i}段很长的中文内容。" * 40}
             for i, role in enumerate(["user", "assistant"] * 30)
         ],
         {"role": "user", "content": "总结一下。"},
@@ -86,13 +86,15 @@ async def outputs(cases: Path) -> dict[str, str]:
             async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
                 for path_of_case in sorted(cases.iterdir()):
                     name, body = path_of_case.name, path_of_case.read_bytes()
-                    for turn in ("cold", "warm"):  # noqa: B007 (the same body again: the memos warm)
+                    for turn in ("cold", "warm"):  # the same body again: the memos warm
                         for path in ("/v1/chat/completions", "/compact"):
                             seen.clear()
                             response = await client.post(path, content=body)
                             digest = hashlib.sha256(str(response.status_code).encode())
                             digest.update(b"".join(seen) + b"\0" + response.content)
-                            headers = sorted((k, v) for k, v in response.headers.items() if k.startswith("x-comp"))
+                            headers = sorted(
+                                (k, v) for k, v in response.headers.items() if k.startswith("x-comp")
+                            )
                             digest.update(json.dumps(headers).encode())
                             hashes[f"{name} window={window} {turn} {path}"] = digest.hexdigest()
     return hashes
