@@ -1,7 +1,8 @@
 """CPU time the proxy process spends per request, against another checkout's proxy in the same run:
 `python -m benchmarks.bench_request_cpu --before ../main/.venv/bin/compacting-proxy [--quick]`, or
 `--baseline DIR` (another checkout's `proxy` package on this venv, as `run.py --baseline` does),
-`--bare` (the bare FastAPI + httpx passthrough, `bare_passthrough.py`) and `--body large`.
+`--bare` (the bare FastAPI + httpx passthrough, `bare_passthrough.py`; `--bare-transport aiohttp` the
+same on another upstream client) and `--body large`.
 
 Throughput on a shared 2-core machine moves by tens of percent from one minute to the next; the CPU
 time a process spends per request moves far less, since another tenant's load delays the process
@@ -23,6 +24,7 @@ from pathlib import Path
 import orjson
 import psutil
 
+from benchmarks.bare_passthrough import TRANSPORTS
 from benchmarks.chat_bodies import large_chat, small_chat
 from tests.support.processes import free_port, running
 
@@ -56,6 +58,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="blocks per proxy (default 7, quick 2)")
     parser.add_argument("--baseline", action="append", default=[], help="another checkout's folder")
     parser.add_argument("--bare", action="store_true", help="also the bare FastAPI + httpx passthrough")
+    parser.add_argument(
+        "--bare-transport",
+        action="append",
+        default=[],
+        choices=TRANSPORTS,
+        help="also the bare passthrough on this upstream client (`bare_passthrough.py --transport`)",
+    )
     parser.add_argument("--body", choices=("small", "large"), default="small")
     args = parser.parse_args()
     per_block = args.requests or (200 if args.quick else 1000)
@@ -80,24 +89,18 @@ def main() -> None:
             )
             for name, exe in targets.items()
         }
-        if args.bare:
-            ports["bare-httpx"] = free_port()
+        for transport in (["httpx"] if args.bare else []) + args.bare_transport:
+            name = f"bare-{transport}"
+            ports[name] = free_port()
             bare = [
                 sys.executable,
                 str(Path(__file__).parent / "bare_passthrough.py"),
                 "--transport",
-                "httpx",
+                transport,
             ]
-            bare += [
-                "--port",
-                str(ports["bare-httpx"]),
-                "--upstream",
-                f"http://{HOST}:{up}",
-                "--lifetime",
-                "3600",
-            ]
-            servers["bare-httpx"] = running(bare, ready_url=f"http://{HOST}:{ports['bare-httpx']}/v1/models")
-            targets["bare-httpx"] = bare[0]
+            bare += ["--port", str(ports[name]), "--upstream", f"http://{HOST}:{up}", "--lifetime", "3600"]
+            servers[name] = running(bare, ready_url=f"http://{HOST}:{ports[name]}/v1/models")
+            targets[name] = bare[0]
         processes = {name: server.__enter__() for name, server in servers.items()}
         try:
             for name in targets:

@@ -8,6 +8,7 @@ Redis failing is a cache miss with a warning, never a failed request.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import sys
@@ -41,7 +42,8 @@ class LruCache:
         item = self._items.get(key)
         if item is None:
             return None
-        self._items.move_to_end(key)
+        with contextlib.suppress(KeyError):  # evicted by a store in another thread meanwhile
+            self._items.move_to_end(key)
         return item[0]
 
     def __len__(self) -> int:

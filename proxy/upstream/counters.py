@@ -48,15 +48,16 @@ def check_tokenizers(settings: Settings) -> None:
 
 
 class LockedMemo:
-    """A note memo safe to share between the event loop and worker threads (held for a lookup)."""
+    """A note memo safe to share between the event loop and worker threads: a store is locked (it
+    evicts and keeps the byte count); a lookup is not (hundreds a request on a long history), since
+    each of its dict operations is atomic and an entry evicted meanwhile is only a miss."""
 
     def __init__(self, memo: LruCache) -> None:
         self.memo = memo
         self.lock = threading.Lock()
 
     def get(self, key: Hashable) -> str | None:
-        with self.lock:
-            return self.memo.get(key)
+        return self.memo.get(key)
 
     def put(self, key: Hashable, value: str) -> None:
         with self.lock:

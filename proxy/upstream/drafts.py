@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.counting.cache import ModelTable
-from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, texts
+from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, text_chars
 from proxy.counting.modes import Counting
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.index import NoteMemo, Policy
@@ -77,8 +77,9 @@ class Drafter:
         window, messages = draft.window, draft.messages
         # No tokenizer spends more than a token per UTF-8 byte (4 per character): a request whose text
         # cannot reach its line or crowd its reply even so needs no measured margin (most requests).
-        bound = 4 * sum(map(len, texts(messages)))
-        if bound <= int(window.window * window.threshold) // 2:
+        half_line = int(window.window * window.threshold) // 2
+        bound = 4 * text_chars(messages, half_line // 4)  # exact up to the half line, past it only "over"
+        if bound <= half_line:
             plan = self._engine_plan(draft, factor, MIN_MARGIN)
             r, room = plan.result, min(plan.budget.limit, window.window - (requested_reply(draft.body) or 0))
             if not r.changed and plan.max_tokens is None and r.tokens_before + bound <= room:

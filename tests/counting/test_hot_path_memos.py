@@ -76,6 +76,20 @@ def test_a_short_text_is_counted_once_and_the_empty_one_never_remembered() -> No
     assert calls == ["ok", "a", "", ""]
 
 
+def test_the_text_memo_keeps_what_is_resent_and_forgets_what_is_not() -> None:
+    calls: list[str] = []
+
+    def count(text: str) -> int:
+        calls.append(text)
+        return len(text)
+
+    counter = MemoTextCounter(count, size=4)  # two generations of 2 texts
+    for text in ["a", "b", "c", "a", "d", "b", "a", "c"]:
+        assert counter(text) == 1
+    # "a", resent while "c" was young, moved along; "b" and then "c" were not, and were forgotten.
+    assert calls == ["a", "b", "c", "d", "b", "c"]
+
+
 @pytest.mark.parametrize("depth", [1, 2, MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH])
 def test_a_body_nested_up_to_the_limit_is_read(depth: int) -> None:
     raw = b'{"a":' + b"[" * (depth - 1) + b"1" + b"]" * (depth - 1) + b"}"
