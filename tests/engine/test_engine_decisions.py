@@ -69,7 +69,7 @@ def run(chat: list[Message], budget: Budget, memo: RecordingMemo | None = None) 
 
 
 def test_caps_are_memoised_and_the_memo_changes_no_decision() -> None:
-    chat = loop(30, result_lines=400)
+    chat = loop(20, result_lines=400)  # three results capped and older ones dropped, as at 30 steps
     budget = Budget(limit=6400, target=4800, window=8000)
     memo = RecordingMemo()
     first = run(chat, budget, memo)
@@ -192,7 +192,7 @@ def test_a_loop_with_reminders_keeps_its_compacted_prefix_from_call_to_call() ->
     """The decisions of call N are made again for call N+1 (the replay), with the reminders, the
     markers' placement and the fresh results' caps: each request starts with the one before, except
     where keeping it would have put the request over (or within 5% of) the line."""
-    chat = loop(120, result_lines=12, reminder_every=4)
+    chat = loop(80, result_lines=12, reminder_every=4)  # 3 moves in 80 calls, each replayed from the start
     budget = Budget(limit=6400, target=4800, window=8000)
     ends = [i for i in range(3, len(chat) + 1) if i == len(chat) or chat[i]["role"] == "assistant"]
     previous: list[Message] | None = None

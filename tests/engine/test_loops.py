@@ -57,7 +57,7 @@ def test_one_request_loop_notes_older_results_and_keeps_the_last_three() -> None
 def test_the_replay_keeps_a_loop_prefix_stable_between_calls() -> None:
     """Consecutive calls of one loop: the later request starts with the earlier one's compacted
     messages, except when it had to move (and then it went well below the line)."""
-    loop = one_request_loop(30)
+    loop = one_request_loop(24)  # three moves among its 24 calls, each call replayed from the start
     ends = [i for i, m in enumerate(loop) if m["role"] == "assistant"] + [len(loop)]
     previous: list[dict[str, Any]] | None = None
     moves = 0

@@ -71,8 +71,14 @@ def work(text: str) -> float:
 
 
 def assert_linear(text: str) -> None:
-    elapsed = min(work(text) for _ in range(3))  # the best of three: a busy machine, not the code
     bound = SLACK_MS + MS_PER_KB * len(text) / 1000
+    # The best of up to three: a busy machine, not the code, makes one run slow; the first under
+    # the bound ends it.
+    elapsed = work(text)
+    for _ in range(2):
+        if elapsed < bound:
+            break
+        elapsed = min(elapsed, work(text))
     assert elapsed < bound, f"{elapsed:.0f} ms for {len(text):,} chars (bound {bound:.0f} ms)"
 
 
@@ -95,22 +101,26 @@ def adversarial_texts(draw: st.DrawFn) -> str:
     return unit * max(1, 40_000 // max(1, len(unit))) if len(unit) < 40_000 else unit[:400_000]
 
 
-@pytest.mark.slow  # a long property run: seconds, not milliseconds
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=adversarial_texts())
-def test_notes_and_caps_take_time_linear_in_the_result(text: str) -> None:
-    assert_linear(text)
-
-
-@settings(max_examples=40, deadline=None)
-@given(text=adversarial_texts())
-def test_notes_are_byte_stable(text: str) -> None:
-    text = text[:50_000]
+def assert_byte_stable(text: str) -> None:
     args = '{"path": "src/app.py"}'
     assert build_note(text, tool="read", arguments=args) == build_note(text, tool="read", arguments=args)
     assert note_without_facts(text, tool="read", arguments=args) == note_without_facts(
         text, tool="read", arguments=args
     )
+
+
+@pytest.mark.slow  # a long property run: seconds, not milliseconds
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=adversarial_texts())
+def test_notes_and_caps_take_time_linear_in_the_result(text: str) -> None:
+    assert_linear(text)
+    assert_byte_stable(text)  # the long run of the next test, on the whole text
+
+
+@settings(max_examples=20, deadline=None)  # the slow tier checks 60 more, whole
+@given(text=adversarial_texts())
+def test_notes_are_byte_stable(text: str) -> None:
+    assert_byte_stable(text[:50_000])
 
 
 # The real process: a 1 MB adversarial old tool result, and /healthz from another client meanwhile.

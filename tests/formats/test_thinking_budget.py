@@ -15,7 +15,6 @@ import threading
 from http.server import ThreadingHTTPServer
 from typing import Any, ClassVar
 
-import anthropic
 import pytest
 
 from tests.support.fakes import RecordingUpstream, proxy_client
@@ -129,6 +128,8 @@ class _Anthropic(JsonHandler):
 def test_claude_code_with_thinking_through_the_real_proxy() -> None:
     """Claude Code's pair (32,000 / 31,999) at a 32k window: the SDK gets its answer, and what the
     upstream received is a valid pair under the window."""
+    import anthropic  # here, not at the top: the fast tier runs this file without it (a second of import)
+
     handler = type("Anthropic", (_Anthropic,), {"bodies": []})
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -4,6 +4,8 @@ Where the finding depends on sockets, sizes or timing, the real `compacting-prox
 loopback in front of `Hostile`, an upstream in a thread of this process that answers what a test
 scripts (by path) and records every request it gets, headers as they came. Clients are the official
 SDKs (`openai`, `anthropic`, `ollama`) and raw sockets. Findings of pure logic run in-process.
+Each SDK is imported by the process tests that use it: the fast tier runs this file without them
+(over a second of imports).
 """
 
 from __future__ import annotations
@@ -18,10 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any
 
-import anthropic
 import httpx
-import ollama
-import openai
 import pytest
 
 from proxy.settings import Settings
@@ -122,6 +121,10 @@ def scripted_for_probes(hostile: Hostile) -> None:
 
 @pytest.mark.process
 def test_2_no_outgoing_request_carries_the_clients_key() -> None:
+    import anthropic
+    import ollama
+    import openai
+
     with hostile_upstream() as hostile:
         scripted_for_probes(hostile)
         env = {
@@ -366,6 +369,8 @@ HI: Any = [{"role": "user", "content": "Hi!"}]
 
 @pytest.mark.process
 def test_5_anthropic_sdk_raises_on_a_broken_stream(broken: Proxy) -> None:
+    import anthropic
+
     client = anthropic.Anthropic(base_url=broken.base_url, api_key="k", max_retries=0)
     with (
         pytest.raises(anthropic.APIStatusError, match="broke off"),
@@ -376,6 +381,8 @@ def test_5_anthropic_sdk_raises_on_a_broken_stream(broken: Proxy) -> None:
 
 @pytest.mark.process
 def test_5_openai_sdk_raises_on_broken_chat_and_responses_streams(broken: Proxy) -> None:
+    import openai
+
     client = openai.OpenAI(base_url=broken.base_url + "/v1", api_key="k", max_retries=0)
     with pytest.raises(openai.APIError, match="broke off"):
         list(client.chat.completions.create(model="m", messages=HI, stream=True))
@@ -385,6 +392,8 @@ def test_5_openai_sdk_raises_on_broken_chat_and_responses_streams(broken: Proxy)
 
 @pytest.mark.process
 def test_5_ollama_client_raises_on_a_broken_stream(broken: Proxy) -> None:
+    import ollama
+
     client = ollama.Client(host=broken.base_url)
     with pytest.raises(ollama.ResponseError, match="broke off"):
         list(client.chat(model="m", messages=HI, stream=True))

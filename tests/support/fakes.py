@@ -89,11 +89,27 @@ class RecordingUpstream:
         return json.loads(self.last.content)
 
 
+_MADE: dict[frozenset[tuple[str, Any]], Settings] = {}
+
+
 def make_settings(**overrides: Any) -> Settings:
     """Settings for a test: the pattern's four-characters-per-token count, so sizes are predictable,
-    a fixed window and an upstream that is not Ollama, so no probe reaches the recording upstream."""
-    defaults = {"upstream_url": UPSTREAM, "tokenizer": "chars4", "window": 8192, "upstream_kind": "openai"}
-    return Settings(**{"_env_file": None, **defaults, **overrides})
+    a fixed window and an upstream that is not Ollama, so no probe reaches the recording upstream.
+
+    Settings are frozen and read nothing else here (no `.env`, and `tests/conftest.py` clears the
+    `COMPACT_*` variables), so the ones made of the same overrides are made once: building one takes
+    about 2 ms, and the fast tier asks 300 times for 80 different ones."""
+    try:
+        key = frozenset(overrides.items())
+        made = _MADE.get(key)
+    except TypeError:  # a list or dict among the overrides
+        key, made = None, None
+    if made is None:
+        defaults = {"upstream_url": UPSTREAM, "tokenizer": "chars4", "window": 8192, "upstream_kind": "openai"}
+        made = Settings(**{"_env_file": None, **defaults, **overrides})
+        if key is not None:
+            _MADE[key] = made
+    return made
 
 
 def proxy_client(

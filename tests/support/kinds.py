@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import inspect
 import json
 import random
@@ -58,9 +59,14 @@ KINDS: dict[str, Callable[[int], str]] = {
 }
 
 
+@functools.cache  # a parse tree takes tens of milliseconds to build, and the tests ask for it often
+def _text(kind: str, seed: int) -> str:
+    return KINDS[kind](seed)
+
+
 def text_of_kind(kind: str, chars: int, seed: int = 1) -> str:
     """`chars` characters of `kind`, the kind's text tiled from an offset the seed picks."""
-    text = KINDS[kind](seed)
+    text = _text(kind, seed)
     start = random.Random(seed).randrange(len(text))
     tiled = text[start:] + "\n" + text
     while len(tiled) < chars:

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from scripts import llama_server as llama_build
-from tests.support.upstreams.llama import LlamaServer, running_llama_server
+
+if TYPE_CHECKING:  # imported by the fixture: every run loads this plugin, few start a llama-server
+    from tests.support.upstreams.llama import LlamaServer
 
 SESSION_CTX = 4096  # room for a short chat with the tool schemas (~1,200 tokens)
 
@@ -40,6 +43,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def llama_server() -> Iterator[LlamaServer]:
     """A llama-server with one slot of ``SESSION_CTX`` tokens, shared by the session."""
+    from tests.support.upstreams.llama import running_llama_server  # its model writer needs numpy
+
     if not llama_build.is_built():
         missing = llama_build.binary_path()
         pytest.fail(f"{missing} is not built; run: python scripts/llama_server.py build", pytrace=False)
