@@ -1,7 +1,8 @@
 """Codex's remote compaction (`compaction_trigger`) answered by the proxy for a server that does not
 make `compaction` items, and those items expanded back before the server sees them (issue 26,
 part 2). In-process: the shapes, the round trip, the refusal of a forged item. The real Codex runs
-it in tests/cli/test_agent_clis.py.
+it in tests/cli/test_agent_clis.py; the openai SDK reads the answer in
+tests/process/test_remote_compaction_replicas.py.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import json
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from proxy.formats.responses_compaction import PREFIX, seal
@@ -89,21 +89,6 @@ async def test_the_trigger_is_answered_and_the_item_expands_into_the_compacted_h
     assert calls and sorted(calls) == sorted(results), "calls and their results stay in pairs"
     original = json.dumps([i for i in items if i not in kept])
     assert len(json.dumps(rest)) < 0.8 * len(original), "it stands for the proxy's compaction, not the whole"
-
-
-async def test_the_openai_sdk_reads_the_answer_whole() -> None:
-    upstream = answered(RecordingUpstream())
-    instructions, items = history()
-    async with proxy_client(upstream, window=100_000) as http:
-        client = openai.AsyncOpenAI(base_url="http://proxy.test/v1", api_key="k", http_client=http)
-        response = await client.responses.create(
-            model="m",
-            instructions=instructions,
-            input=[*items, TRIGGER],
-            store=False,  # type: ignore[list-item]
-        )
-    (item,) = response.output
-    assert item.type == "compaction" and item.encrypted_content.startswith(PREFIX)
 
 
 @pytest.mark.parametrize("forgery", ["tampered", "other_key"])

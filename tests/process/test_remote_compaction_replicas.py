@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
+from proxy.formats.responses_compaction import PREFIX
 from tests.support.format_chats import as_responses
 from tests.support.format_fixtures import recorded, running_proxy
 from tests.support.upstreams.chats import support_chat
@@ -61,3 +63,19 @@ def test_any_replica_with_the_key_expands_the_item_and_one_without_refuses_it(
     assert refused.status_code == 400
     assert refused.json()["error"]["code"] == "invalid_compaction_item"
     assert len(recorded(upstream)) == 1, "nothing forged or foreign reaches the server"
+
+
+def test_the_openai_sdk_reads_the_answer_whole(
+    upstream: str, replicas: tuple[str, str, str], fresh_record: None
+) -> None:
+    instructions, items = as_responses(support_chat(10, result_items=20))
+    client = openai.OpenAI(base_url=f"{replicas[0]}/v1", api_key="k")
+    response = client.responses.create(
+        model="small",
+        instructions=instructions,
+        input=[*items, {"type": "compaction_trigger"}],  # type: ignore[list-item]
+        store=False,
+    )
+    (item,) = response.output
+    assert item.type == "compaction" and item.encrypted_content.startswith(PREFIX)
+    assert recorded(upstream) == [], "the upstream never sees the trigger"
