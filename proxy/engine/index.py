@@ -36,7 +36,8 @@ class Budget:
 @dataclass(frozen=True, slots=True)
 class Policy:
     keep_recent_turns: int = 2
-    # Inside the protected part, the last tool results that are never noted or dropped (but may be capped).
+    # Inside the protected part, the last tool results that are never dropped (but may be capped), nor
+    # noted unless older exchanges are dropped: then those the model has read are noted with them.
     keep_recent_tool_results: int = 3
     protected_tools: tuple[str, ...] = ()
     preview_chars: int = 150
