@@ -93,8 +93,8 @@ def test_a_long_loop_cuts_in_large_steps() -> None:
     # 30 calls, each reading a file, through a 16k window: the line holds a handful of reads. Notes
     # that left no room for one more read put off the drop by a call (the prefix broke at the notes,
     # then again at the drop), and after each drop the kept reads were noted one call after another:
-    # 5.4% of prompt tokens from the cache, the prefix broken on 27 of 31 requests (5cfd5c1, by
-    # replaying `/compact`'s prompts through the server's tokenizer); now about 38%, 14 breaks.
+    # 3.2% of prompt tokens from the cache, the prefix broken on 28 of 31 requests (5cfd5c1); now
+    # 35.1%, 15 breaks.
     loop = one_request_loop(30, lines=240)
     ends = [k for k, m in enumerate(loop) if m["role"] == "assistant"] + [len(loop)]
     requests = [loop[:end] for end in ends]
