@@ -44,6 +44,8 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 
+import httpx
+
 from benchmarks import agent_loops
 from benchmarks.bench_notes import DEFAULT_REAL, load_real
 from proxy.counting.tokens import RequestCounter
@@ -52,7 +54,7 @@ from proxy.upstream.counters import text_counter
 from proxy.upstream.planner import Planner
 from tests.support import cache_replay
 from tests.support import simulated_chats as sim
-from tests.support.server_cache import MODEL, Message, Run, replay
+from tests.support.server_cache import MODEL, Message, Run, replay, send
 from tests.support.upstreams.llama import count_prompt_tokens, running_llama_server
 from tests.support.upstreams.proxy_server import running_proxy
 
@@ -120,6 +122,13 @@ SENDERS = ("direct", "seed", "ours")
 TRADEOFF_KNOBS = [(0.6, 0.8), (0.6, 1.0), (0.6, 0.6), (0.5, 0.8), (0.4, 0.8)]
 
 
+def forget(base_url: str) -> None:
+    """Leave the slot's cache holding a prompt of one word, so that a sender does not start on what
+    the one before left there (erasing a slot needs `--slot-save-path`)."""
+    with httpx.Client(timeout=60) as client:
+        send(client, f"{base_url}/v1/chat/completions", [{"role": "user", "content": "forget"}])
+
+
 def appended_tokens(base_url: str, requests: list[list[Message]]) -> list[int]:
     """What the client appends at each request: the server's count of its whole history, less the
     previous request's (the first request's whole)."""
@@ -153,9 +162,11 @@ def measure(
                 seed = cache_replay.plain_proxy(seed_window)
                 appended = appended_tokens(server.base_url, requests)
                 if "direct" in senders:
+                    forget(server.base_url)
                     runs.append(replay(server.base_url, name, window, "direct", requests, lambda h: h))
                     ceilings.append(ceiling(appended, runs[-1]))
                 if "seed" in senders:
+                    forget(server.base_url)
                     runs.append(
                         replay(
                             server.base_url,
@@ -168,6 +179,7 @@ def measure(
                     )
                     ceilings.append(ceiling(appended, runs[-1]))
                 if "ours" in senders:
+                    forget(server.base_url)
                     proxy = stack.enter_context(
                         running_proxy(
                             f"{server.base_url}/v1", "auto", tokenizer="upstream", upstream_kind="openai"
