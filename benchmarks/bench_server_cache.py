@@ -144,7 +144,11 @@ def ceiling(appended: list[int], run: Run) -> float:
 
 
 def measure(
-    quick: bool, windows: list[int], senders: tuple[str, ...] = SENDERS, only: str = ""
+    quick: bool,
+    windows: list[int],
+    senders: tuple[str, ...] = SENDERS,
+    only: str = "",
+    proxy_settings: dict[str, str] | None = None,
 ) -> tuple[list[Run], list[float]]:
     runs: list[Run] = []
     ceilings: list[float] = []  # beside each run, what any cut could take from the cache
@@ -182,7 +186,11 @@ def measure(
                     forget(server.base_url)
                     proxy = stack.enter_context(
                         running_proxy(
-                            f"{server.base_url}/v1", "auto", tokenizer="upstream", upstream_kind="openai"
+                            f"{server.base_url}/v1",
+                            "auto",
+                            tokenizer="upstream",
+                            upstream_kind="openai",
+                            **(proxy_settings or {}),
                         )
                     )
                     runs.append(replay(proxy.base_url, name, window, "ours", requests, lambda h: h))
@@ -257,6 +265,13 @@ def main(argv: list[str] | None = None) -> None:
         "--only", type=str, default="", help="the conversations whose name has this (loop, chat, real)"
     )
     parser.add_argument(
+        "--proxy-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of ours (COMPACT_NAME), e.g. loop_room_calls=1",
+    )
+    parser.add_argument(
         "--tradeoff",
         type=int,
         metavar="WINDOW",
@@ -272,7 +287,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.tradeoff:
         print(f"`{command}`\n\n" + tradeoff(args.quick, args.tradeoff, TRADEOFF_KNOBS))
         return
-    runs, ceilings = measure(args.quick, windows, tuple(args.senders.split(",")), args.only)
+    proxy_settings = dict(setting.split("=", 1) for setting in args.proxy_setting)
+    runs, ceilings = measure(args.quick, windows, tuple(args.senders.split(",")), args.only, proxy_settings)
     print(markdown(runs, ceilings, command, time.perf_counter() - started))
     print(
         json.dumps(

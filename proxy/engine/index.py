@@ -45,6 +45,9 @@ class Policy:
     gap_tokens: int = 0
     # Old exchanges, once they must go, go down to this share of the target (hysteresis).
     drop_to: float = 1.0
+    # Inside a loop, notes must leave room for this many calls like the last one, or older exchanges
+    # are dropped at once (fewer breaks of the prefix, less history kept); 0: only for the line.
+    loop_room_calls: float = 0.0
 
 
 class NoteMemo(Protocol):

@@ -25,6 +25,7 @@ class Replay:
     keep_recent_tool_results: int
     cuts: Cuts  # what is noted and capped
     drop_to: float = 1.0  # old exchanges, once they must go, go down to this share of the target
+    room_calls: float = 0.0  # inside a loop, notes that leave less room than this many calls drop now
     costs: list[int] = field(default_factory=list)  # each message's cost now
     acc: int = 0  # the running total of the request being replayed
     dropped: list[bool] = field(default_factory=list)
@@ -124,11 +125,12 @@ class Replay:
             self.next_tool += 1
             if not self.dropped[i]:
                 self._truncate(i)
-        # Notes must leave room for at least one more call like the last one (its reply and results),
-        # or this request's older exchanges go now (Anthropic's `clear_at_least`): notes that buy less
-        # only put off the drop a call, and the prefix breaks twice (at the notes, then at the drop).
+        # With `room_calls`, notes must leave room for that many more calls like the last one (its
+        # reply and results), or this request's older exchanges go now (Anthropic's `clear_at_least`):
+        # notes that buy less only put off the drop a call, and the prefix breaks twice (at the notes,
+        # then at the drop). The price: the drop comes a few calls sooner, and the notes it drops.
         last_call = sum(self.index.costs[replies[reply] : end]) if reply >= 0 else 0
-        enough = budget.limit - last_call
+        enough = budget.limit - int(self.room_calls * last_call)
         if self.acc <= enough:
             return
         notes_fit = self.acc <= budget.limit
