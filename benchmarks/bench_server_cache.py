@@ -41,10 +41,8 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-
-import httpx
 
 from benchmarks import agent_loops
 from benchmarks.bench_notes import DEFAULT_REAL, load_real
@@ -54,7 +52,7 @@ from proxy.upstream.counters import text_counter
 from proxy.upstream.planner import Planner
 from tests.support import cache_replay
 from tests.support import simulated_chats as sim
-from tests.support.server_cache import MODEL, Message, Run, replay, send
+from tests.support.server_cache import MODEL, Message, Run, replay
 from tests.support.upstreams.llama import count_prompt_tokens, running_llama_server
 from tests.support.upstreams.proxy_server import running_proxy
 
@@ -122,13 +120,6 @@ SENDERS = ("direct", "seed", "ours")
 TRADEOFF_KNOBS = [(0.6, 0.8), (0.6, 1.0), (0.6, 0.6), (0.5, 0.8), (0.4, 0.8)]
 
 
-def forget(base_url: str) -> None:
-    """Leave the slot's cache holding a prompt of one word, so that a sender does not start on what
-    the one before left there (erasing a slot needs `--slot-save-path`)."""
-    with httpx.Client(timeout=60) as client:
-        send(client, f"{base_url}/v1/chat/completions", [{"role": "user", "content": "forget"}])
-
-
 def appended_tokens(base_url: str, requests: list[list[Message]]) -> list[int]:
     """What the client appends at each request: the server's count of its whole history, less the
     previous request's (the first request's whole)."""
@@ -156,44 +147,35 @@ def measure(
         for name, requests in conversations(quick):
             if only not in name:
                 continue
-            with ExitStack() as stack:
-                server = stack.enter_context(running_llama_server(ctx=window))
+            with running_llama_server(ctx=window) as server:
                 # The seed counts chars/4: told the window in that count, as measured on this server.
                 sample = requests[min(len(requests) - 1, 3)]
                 real = count_prompt_tokens(server.base_url, {"messages": sample})
                 estimated = cache_replay.plain_estimate("", sample)
-                seed_window = int(window * estimated / max(1, real))
-                seed = cache_replay.plain_proxy(seed_window)
+                seed = cache_replay.plain_proxy(int(window * estimated / max(1, real)))
                 appended = appended_tokens(server.base_url, requests)
-                if "direct" in senders:
-                    forget(server.base_url)
-                    runs.append(replay(server.base_url, name, window, "direct", requests, lambda h: h))
-                    ceilings.append(ceiling(appended, runs[-1]))
-                if "seed" in senders:
-                    forget(server.base_url)
-                    runs.append(
-                        replay(
-                            server.base_url,
-                            name,
-                            window,
-                            "seed",
-                            requests,
-                            lambda h, seed=seed: seed(h).messages,
-                        )
-                    )
-                    ceilings.append(ceiling(appended, runs[-1]))
-                if "ours" in senders:
-                    forget(server.base_url)
-                    proxy = stack.enter_context(
-                        running_proxy(
-                            f"{server.base_url}/v1",
-                            "auto",
-                            tokenizer="upstream",
-                            upstream_kind="openai",
-                            **(proxy_settings or {}),
-                        )
-                    )
-                    runs.append(replay(proxy.base_url, name, window, "ours", requests, lambda h: h))
+            shapes: dict[str, Callable[[list[Message]], list[Message]]] = {
+                "direct": lambda h: h,
+                "seed": lambda h, seed=seed: seed(h).messages,
+                "ours": lambda h: h,
+            }
+            for sender in senders:
+                # A server of its own: llama-server keeps earlier prompts in RAM (`--cache-ram`) and
+                # would serve one sender what another left there.
+                with ExitStack() as stack:
+                    server = stack.enter_context(running_llama_server(ctx=window))
+                    url = server.base_url
+                    if sender == "ours":
+                        url = stack.enter_context(
+                            running_proxy(
+                                f"{server.base_url}/v1",
+                                "auto",
+                                tokenizer="upstream",
+                                upstream_kind="openai",
+                                **(proxy_settings or {}),
+                            )
+                        ).base_url
+                    runs.append(replay(url, name, window, sender, requests, shapes[sender]))
                     ceilings.append(ceiling(appended, runs[-1]))
             print(
                 f"{name} at {window}: "
