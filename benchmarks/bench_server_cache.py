@@ -21,6 +21,10 @@ each of its assistant messages begins, as the agent sent them), sent three ways:
 - ``ours``: through the real ``compacting-proxy`` process (``COMPACT_WINDOW=auto``, which reads the
   slot's ``n_ctx`` from ``/props``, counting with the server's ``/tokenize`` near the line).
 
+Each sender has a llama-server of its own (the server keeps earlier prompts in RAM, ``--cache-ram``, and
+would serve one sender what another left there). ``--proxy-setting NAME=VALUE`` passes a setting to
+ours (``COMPACT_NAME``), e.g. ``loop_room_calls=1``.
+
 The figure is the share of prompt tokens served from the server's cache: sum(cache_n) over
 sum(cache_n + prompt_n), and the requests whose prefix broke (cache_n under half of the previous
 prompt). The tiny tokenizer makes about three tokens of what chars/4 counts as one, so the
