@@ -109,6 +109,10 @@ class Settings(BaseSettings):
     # Once old exchanges must go, they go down to this share of the target, not just to the target:
     # the next turns then append to an unchanged prefix (the server's prompt cache) for longer.
     drop_to: float = Field(default=0.8, gt=0, le=1)
+    # Inside an agent loop, notes must leave room for this many more calls like the last one, or the
+    # older exchanges are dropped at once (0: only when the line needs it). Fewer breaks of the
+    # server's prompt cache, less history (BENCHMARKS.md, "a loop that cuts in large steps").
+    loop_room_calls: float = Field(default=0.0, ge=0)
     keep_recent_turns: int = Field(default=2, ge=1)
     keep_recent_tool_results: int = Field(default=3, ge=0)
     reply_reserve: int = Field(default=1024, ge=0)

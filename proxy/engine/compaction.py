@@ -149,7 +149,14 @@ def compact(
         gap_tokens=policy.gap_tokens,
     )
     cuts = Cuts(index, count, policy.preview_chars, memo)
-    replay = Replay(index, budget, policy.keep_recent_tool_results, cuts, policy.drop_to)
+    replay = Replay(
+        index,
+        budget,
+        policy.keep_recent_tool_results,
+        cuts,
+        policy.drop_to,
+        room_calls=policy.loop_room_calls,
+    )
     replay.run()
     return _result(replay, count, before)
 

@@ -36,7 +36,8 @@ class Budget:
 @dataclass(frozen=True, slots=True)
 class Policy:
     keep_recent_turns: int = 2
-    # Inside the protected part, the last tool results that are never noted or dropped (but may be capped).
+    # Inside the protected part, the last tool results that are never dropped (but may be capped), nor
+    # noted unless older exchanges are dropped: then those the model has read are noted with them.
     keep_recent_tool_results: int = 3
     protected_tools: tuple[str, ...] = ()
     preview_chars: int = 150
@@ -44,6 +45,9 @@ class Policy:
     gap_tokens: int = 0
     # Old exchanges, once they must go, go down to this share of the target (hysteresis).
     drop_to: float = 1.0
+    # Inside a loop, notes must leave room for this many calls like the last one, or older exchanges
+    # are dropped at once (fewer breaks of the prefix, less history kept); 0: only for the line.
+    loop_room_calls: float = 0.0
 
 
 class NoteMemo(Protocol):

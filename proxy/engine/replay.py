@@ -25,6 +25,7 @@ class Replay:
     keep_recent_tool_results: int
     cuts: Cuts  # what is noted and capped
     drop_to: float = 1.0  # old exchanges, once they must go, go down to this share of the target
+    room_calls: float = 0.0  # inside a loop, notes that leave less room than this many calls drop now
     costs: list[int] = field(default_factory=list)  # each message's cost now
     acc: int = 0  # the running total of the request being replayed
     dropped: list[bool] = field(default_factory=list)
@@ -103,8 +104,9 @@ class Replay:
 
     def _shrink_loop(self, end: int) -> None:
         """Inside the protected part of `messages[:end]`: notes for all but the last kept tool results,
-        then caps for kept results bigger than their share, then older exchanges dropped, then caps
-        for what still does not fit. User messages and assistant answers are never touched."""
+        then caps for kept results bigger than their share, then, unless the notes left room enough,
+        older exchanges dropped with notes for the kept results already read, then caps for what
+        still does not fit. User messages and assistant answers are never touched."""
         budget, tools, costs = self.budget, self.index.tools, self.costs
         last = bisect.bisect_left(tools, end)
         # Results after the request's last assistant message are fresh: the model has not read them
@@ -123,8 +125,15 @@ class Replay:
             self.next_tool += 1
             if not self.dropped[i]:
                 self._truncate(i)
-        if self.acc <= budget.limit:
+        # With `room_calls`, notes must leave room for that many more calls like the last one (its
+        # reply and results), or this request's older exchanges go now (Anthropic's `clear_at_least`):
+        # notes that buy less only put off the drop a call, and the prefix breaks twice (at the notes,
+        # then at the drop). The price: the drop comes a few calls sooner, and the notes it drops.
+        last_call = sum(self.index.costs[replies[reply] : end]) if reply >= 0 else 0
+        enough = budget.limit - int(self.room_calls * last_call)
+        if self.acc <= enough:
             return
+        notes_fit = self.acc <= budget.limit
         # A huge recent result is cut before older exchanges are given up for it: one already read
         # down to the target, a fresh one only down to the line.
         share = max(MIN_CAP_TOKENS, int(budget.target * KEPT_RESULT_SHARE))
@@ -133,10 +142,19 @@ class Replay:
                 if self.acc <= budget.limit or costs[i] <= share:
                     break
                 self._cap(i, max(share, costs[i] - (self.acc - aim)))
-        if self.acc <= budget.limit:
+        # When caps were needed to get under the line, they are enough: a huge recent result is no
+        # reason to give up older exchanges.
+        if self.acc <= (enough if notes_fit else budget.limit):
             return
         exchanges = self.index.exchanges
+        if self.acc <= budget.limit:
+            # Dropped early, only this request's own loop: earlier turns go only for the line.
+            users = self.index.users
+            request_start = users[bisect.bisect_left(users, end) - 1] if users and users[0] < end else 0
+            if self.next_exchange >= len(exchanges) or exchanges[self.next_exchange].start < request_start:
+                return
         drop_to = int(budget.target * LOOP_DROP_SHARE)
+        dropped_any = False
         while (
             self.acc > drop_to
             and self.next_exchange < len(exchanges)
@@ -146,6 +164,15 @@ class Replay:
             self.next_exchange += 1
             if exchange.droppable:
                 self._drop(exchange.start, exchange.end)
+                dropped_any = True
+        # The results kept and already read are noted with the drop, not one by one on the next calls:
+        # the prefix after a drop then holds until the results the model has not read yet grow old.
+        if dropped_any:
+            while self.next_tool < last and tools[self.next_tool] < (fresh[0] if fresh else end):
+                i = tools[self.next_tool]
+                self.next_tool += 1
+                if not self.dropped[i] and i not in self.cuts.caps:
+                    self._truncate(i)
         # Whatever is still over: the results already read, biggest first, down to what is left for
         # them; then the fresh ones, only to the line.
         for results, aim in ((read, budget.target), (fresh, budget.limit)):

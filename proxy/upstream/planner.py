@@ -107,6 +107,7 @@ class Planner:
             preview_chars=settings.preview_chars,
             gap_tokens=gap,
             drop_to=settings.drop_to,
+            loop_room_calls=settings.loop_room_calls,
         )
         self.drafter = Drafter(settings, self.policy, self.notes)
         self.counter = self.drafter.counter
@@ -314,4 +315,3 @@ class Planner:
         """After the answer: feed what the upstream says it read back into the calibration; the cut
         it shows, if the upstream cut the prompt silently (`PromptReports`)."""
         return self.reports.read_report(plan, reported)
-
