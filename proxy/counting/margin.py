@@ -30,7 +30,7 @@ from proxy.counting.estimator import (
     _SPACED_NUMBER,
     _WIDE_WEIGHTS,
 )
-from proxy.counting.tokens import json_text, text_of
+from proxy.counting.tokens import WrittenJson, json_text_once, text_of
 
 __all__ = ["MIN_MARGIN", "MarginMeter", "calibrated_margin", "text_bounds", "texts"]
 
@@ -119,8 +119,9 @@ def _bounds_of(counts: list[int]) -> tuple[float, float]:
     return estimate, max(upper, estimate * (1 + floor))
 
 
-def texts(messages: Iterable[Mapping[str, Any]]) -> Iterable[str]:
-    """The text of each message that the counter counts: its content, reasoning and tool calls."""
+def texts(messages: Iterable[Mapping[str, Any]], written: WrittenJson | None = None) -> Iterable[str]:
+    """The text of each message that the counter counts: its content, reasoning and tool calls (their
+    JSON taken from `written` where the counter wrote it)."""
     for message in messages:
         content = message.get("content")
         if content.__class__ is str:  # most messages: no call to find their text
@@ -131,7 +132,7 @@ def texts(messages: Iterable[Mapping[str, Any]]) -> Iterable[str]:
         if isinstance(reasoning := message.get("reasoning_content"), str) and reasoning:
             yield reasoning
         if calls := message.get("tool_calls"):
-            yield json_text(calls)
+            yield json_text_once(calls, written)
 
 
 def text_chars(messages: Iterable[Mapping[str, Any]], cap: int) -> int:
@@ -167,12 +168,13 @@ class MarginMeter:
             self._memo[key] = found
         return found
 
-    def margin(self, messages: Iterable[Mapping[str, Any]]) -> float:
-        """How much more than the estimate the heaviest tokenizer may count these messages, as a share."""
+    def margin(self, messages: Iterable[Mapping[str, Any]], written: WrittenJson | None = None) -> float:
+        """How much more than the estimate the heaviest tokenizer may count these messages, as a share
+        (`written`: the request's tool calls as JSON, see `json_text_once`)."""
         estimate = upper = 0.0
         short: list[str] = []  # counted together: a call per short text costs more
         memo = self._memo
-        for text in texts(messages):
+        for text in texts(messages, written):
             if len(text) < MEMO_MIN_CHARS:
                 short.append(text)
                 continue

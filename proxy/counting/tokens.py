@@ -86,6 +86,24 @@ def json_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=fragment_text)
 
 
+# The JSON texts of one request's structures (its messages' tool calls) by the structure's identity:
+# counting and the margin each read them again in a plan. Each value is kept beside its text, so its
+# identity stays its own while the entry lives; the table lives as long as the request's draft.
+WrittenJson = dict[int, tuple[Any, str]]
+
+
+def json_text_once(value: Any, written: WrittenJson | None) -> str:
+    """`json_text(value)`, written only once for a request that keeps what was written in `written`."""
+    if written is None:
+        return json_text(value)
+    found = written.get(id(value))
+    if found is not None and found[0] is value:
+        return found[1]
+    text = json_text(value)
+    written[id(value)] = (value, text)
+    return text
+
+
 def fragment_text(value: Any) -> str:
     """`default=` for the standard library's encoder: a kept number's text (an `orjson.Fragment`, as
     `proxy.server.jsonbody` parses numbers beyond a double or 64 bits), written as it came."""
@@ -97,10 +115,18 @@ def fragment_text(value: Any) -> str:
 class RequestCounter:
     """Counts the parts of one chat request with a text counter, scaled by a calibration factor."""
 
-    def __init__(self, count_text: TextCounter, *, factor: float = 1.0, image_tokens: int = 768) -> None:
+    def __init__(
+        self,
+        count_text: TextCounter,
+        *,
+        factor: float = 1.0,
+        image_tokens: int = 768,
+        written: WrittenJson | None = None,
+    ) -> None:
         self.count_text = count_text
         self.factor = factor
         self.image_tokens = image_tokens
+        self.written = written  # the request's structures as JSON, shared with its margin
 
     def message(self, message: Mapping[str, Any]) -> int:
         """The tokens one message costs in the prompt."""
@@ -117,7 +143,7 @@ class RequestCounter:
             elif isinstance(value, str):
                 raw += count_text(value)
             else:
-                raw += count_text(json_text(value))
+                raw += count_text(json_text_once(value, self.written))
         factor = self.factor
         return raw if factor == 1.0 else math.ceil(raw * factor)
 

@@ -117,18 +117,12 @@ class ConversationIndex(NamedTuple):
         gap_tokens: int,
     ) -> ConversationIndex:
         n = len(messages)
-        roles = tuple([r if isinstance(r := m.get("role"), str) else "" for m in messages])
-        results = _results(messages, roles)
-        head_end = n
-        for i, role in enumerate(roles):
-            if role not in LEADING_ROLES:
-                head_end = i
-                break
-        users = tuple([i for i in range(head_end, n) if roles[i] == "user"])
-        tools = tuple([i for i in range(n) if roles[i] in TOOL_ROLES])
+        read = _read(messages)
+        roles, tools = read.roles, read.tools
+        results, last_results = _results(messages, tools, read.calls)
+        users = read.users
         units = _units(messages, roles, results, users, tools, protected_tools)
-        replies = tuple([i for i in range(n) if roles[i] == "assistant"])
-        exchanges = _exchanges(messages, roles, results, users, tools, replies, protected_tools)
+        exchanges = _exchanges(messages, roles, results, users, read.callers, last_results, protected_tools)
         marker_cost = max(count(dropped_marker(n)), gap_tokens)
         empty_cost = count({"content": ""})
         # Positional: a named tuple's keyword arguments cost a microsecond, on every call.
@@ -139,7 +133,7 @@ class ConversationIndex(NamedTuple):
             results,
             users,
             tools,
-            replies,
+            read.replies,
             units,
             exchanges,
             protected_tools,
@@ -164,33 +158,69 @@ def _is_protected(tool: str | None, patterns: tuple[str, ...]) -> bool:
     return tool is not None and any(fnmatch.fnmatchcase(tool, p) for p in patterns)
 
 
-def _results(messages: Sequence[Message], roles: tuple[str, ...]) -> dict[int, Call]:
-    """Map each tool result to its call: the assistant message's index, the tool and arguments."""
+class _Read(NamedTuple):
+    roles: tuple[str, ...]
+    users: tuple[int, ...]
+    tools: tuple[int, ...]
+    replies: tuple[int, ...]
+    callers: tuple[int, ...]  # the assistant messages with tool calls
+    calls: dict[str, Call]  # each call by its id (the last one of an id)
+
+
+def _read(messages: Sequence[Message]) -> _Read:
+    """One walk of the messages: what each is, and every tool call by its id. (A user message is
+    never among the leading system messages, so every user message is a request.)"""
+    roles: list[str] = []
+    users: list[int] = []
+    tools: list[int] = []
+    replies: list[int] = []
+    callers: list[int] = []
     calls: dict[str, Call] = {}
     for i, message in enumerate(messages):
-        tool_calls = message.get("tool_calls") if roles[i] == "assistant" else None
-        for call in tool_calls if isinstance(tool_calls, list) else ():
-            if isinstance(call, dict) and isinstance(call.get("id"), str):
-                function = call.get("function")
-                function = function if isinstance(function, dict) else {}
-                name, arguments = function.get("name"), function.get("arguments")
-                calls[call["id"]] = Call(
-                    i,
-                    name if isinstance(name, str) else None,
-                    arguments if isinstance(arguments, str) else None,
-                )
+        role = message.get("role")
+        if not isinstance(role, str):
+            role = ""
+        roles.append(role)
+        if role == "assistant":
+            replies.append(i)
+            if not (tool_calls := message.get("tool_calls")):
+                continue
+            callers.append(i)
+            for call in tool_calls if isinstance(tool_calls, list) else ():
+                if isinstance(call, dict) and isinstance(call_id := call.get("id"), str):
+                    function = call.get("function")
+                    function = function if isinstance(function, dict) else {}
+                    name, arguments = function.get("name"), function.get("arguments")
+                    calls[call_id] = Call(
+                        i,
+                        name if isinstance(name, str) else None,
+                        arguments if isinstance(arguments, str) else None,
+                    )
+        elif role == "user":
+            users.append(i)
+        elif role in TOOL_ROLES:
+            tools.append(i)
+    return _Read(tuple(roles), tuple(users), tuple(tools), tuple(replies), tuple(callers), calls)
+
+
+def _results(
+    messages: Sequence[Message], tools: tuple[int, ...], calls: Mapping[str, Call]
+) -> tuple[dict[int, Call], dict[int, int]]:
+    """Map each tool result to its call (the assistant message's index, the tool and arguments), and
+    each calling message to its last result."""
     results: dict[int, Call] = {}
-    for i, role in enumerate(roles):
-        if role not in TOOL_ROLES:
-            continue
+    last_results: dict[int, int] = {}
+    for i in tools:
         message = messages[i]
         call_id = message.get("tool_call_id")
-        if isinstance(call_id, str) and call_id in calls:
-            results[i] = calls[call_id]
-            continue
-        name = message.get("name")
-        results[i] = Call(i, name if isinstance(name, str) else None, None)
-    return results
+        call = calls.get(call_id) if isinstance(call_id, str) else None
+        if call is None:
+            name = message.get("name")
+            call = Call(i, name if isinstance(name, str) else None, None)
+        else:
+            last_results[call.caller] = i
+        results[i] = call
+    return results, last_results
 
 
 def _units(
@@ -226,7 +256,11 @@ def _units(
         protected = bool(protected_tools) and any(
             roles[i] in TOOL_ROLES and _is_protected(results[i].tool, protected_tools) for i in span
         )
-        droppable = not all(is_dropped_marker(messages[i]) for i in span)
+        droppable = False
+        for i in span:
+            if not is_dropped_marker(messages[i]):
+                droppable = True
+                break
         units.append(Unit(start, end, protected, droppable))
     return tuple(units)
 
@@ -236,8 +270,8 @@ def _exchanges(
     roles: tuple[str, ...],
     results: Mapping[int, Call],
     users: tuple[int, ...],
-    tools: tuple[int, ...],
-    replies: tuple[int, ...],
+    callers: tuple[int, ...],
+    last_results: Mapping[int, int],
     protected_tools: tuple[str, ...],
 ) -> tuple[Exchange, ...]:
     """The tool exchanges, in order. One whose results do not all follow it (or that holds a
@@ -245,33 +279,25 @@ def _exchanges(
     A system message after an exchange (agents send reminders every few steps) goes with it: left
     behind, each would split the dropped stretch it stands in, and each piece get a marker."""
     n = len(messages)
-    last_result: dict[int, int] = {}
-    for i in tools:
-        call = results[i].caller
-        if call != i:
-            last_result[call] = i
     first = users[0] if users else n
     out = []
-    for i in replies[bisect.bisect_right(replies, first) :]:
-        if not messages[i].get("tool_calls"):
-            continue
+    for i in callers[bisect.bisect_right(callers, first) :]:
         end = i + 1
         while end < n and roles[end] in TOOL_ROLES:
             end += 1
         answers = range(i + 1, end)
         while end < n and roles[end] in LEADING_ROLES:
             end += 1
-        droppable = (
-            last_result.get(i, i) < end
-            and all(results[j].caller in (i, j) for j in answers)
-            and not (
-                protected_tools
-                and (
-                    any(_is_protected(results[j].tool, protected_tools) for j in answers)
-                    or any(_is_protected(name, protected_tools) for name in _call_names(messages[i]))
-                )
+        droppable = last_results.get(i, i) < end
+        for j in answers if droppable else ():
+            if results[j].caller not in (i, j):
+                droppable = False
+                break
+        if droppable and protected_tools:
+            droppable = not (
+                any(_is_protected(results[j].tool, protected_tools) for j in answers)
+                or any(_is_protected(name, protected_tools) for name in _call_names(messages[i]))
             )
-        )
         out.append(Exchange(i, end, droppable))
     return tuple(out)
 

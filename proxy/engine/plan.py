@@ -36,10 +36,13 @@ def validated_messages(body: Body) -> list[dict[str, Any]]:
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise ProxyError(400, f"messages[{i}] must be an object.", param=f"messages[{i}]")
-        if not isinstance(message.get("role"), str):
+        role = message.get("role")
+        if not isinstance(role, str):
             raise ProxyError(400, f"messages[{i}].role must be a string.", param=f"messages[{i}].role")
-        tool_calls = message.get("tool_calls")  # read only on assistant messages; forwarded elsewhere
-        if message["role"] == "assistant" and tool_calls is not None and not isinstance(tool_calls, list):
+        if role != "assistant":  # `tool_calls` is read only on assistant messages; forwarded elsewhere
+            continue
+        tool_calls = message.get("tool_calls")
+        if tool_calls is not None and not isinstance(tool_calls, list):
             raise ProxyError(
                 400, f"messages[{i}].tool_calls must be an array.", param=f"messages[{i}].tool_calls"
             )

@@ -23,6 +23,7 @@ from proxy import __version__
 from proxy.errors import ErrorShape, ProxyError, error_response
 from proxy.formats import FormatRoute, Passthrough, RouteTable
 from proxy.metrics import Metrics
+from proxy.server.collector import tune_collector
 from proxy.server.dry_run import dry_run, dry_run_for
 from proxy.server.intake import raw_path
 from proxy.server.live.routes import add_routes as add_live_page
@@ -170,4 +171,6 @@ def app_from_env() -> FastAPI:
     """The app as the command serves it: settings from the environment (and `.env`), built per worker."""
     env_file = os.environ.get("COMPACT_ENV_FILE")
     settings = Settings(_env_file=env_file) if env_file else Settings()  # type: ignore[call-arg]
-    return create_app(settings)
+    app = create_app(settings)
+    tune_collector()  # a serving process's own setting (tests build apps in their own processes)
+    return app

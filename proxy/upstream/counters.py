@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import replace
 from functools import lru_cache
 
@@ -55,9 +55,7 @@ class LockedMemo:
     def __init__(self, memo: LruCache) -> None:
         self.memo = memo
         self.lock = threading.Lock()
-
-    def get(self, key: Hashable) -> str | None:
-        return self.memo.get(key)
+        self.get: Callable[[Hashable], str | None] = memo.get  # the memo's own: no call in between
 
     def put(self, key: Hashable, value: str) -> None:
         with self.lock:

@@ -7,13 +7,13 @@ is sent. No I/O: `proxy.upstream.planner` decides the count (and asks the upstre
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.counting.cache import ModelTable
 from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, text_chars
 from proxy.counting.modes import Counting
-from proxy.counting.tokens import RequestCounter
+from proxy.counting.tokens import RequestCounter, WrittenJson
 from proxy.engine.index import NoteMemo, Policy
 from proxy.engine.plan import Body, ChatPlan, budget_for, plan_chat, requested_reply
 from proxy.settings import ModelWindow, Settings
@@ -35,6 +35,8 @@ class Draft:
     window: ModelWindow
     spec: str = Counting.ESTIMATE
     offload: bool = False
+    # Its tool calls as JSON, written once for all its plans' counts and margins (`json_text_once`).
+    written: WrittenJson = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -84,11 +86,11 @@ class Drafter:
             r, room = plan.result, min(plan.budget.limit, window.window - (requested_reply(draft.body) or 0))
             if not r.changed and plan.max_tokens is None and r.tokens_before + bound <= room:
                 return plan
-        margin = calibrated_margin(self.margins.margin(messages), factor)
+        margin = calibrated_margin(self.margins.margin(messages, draft.written), factor)
         plan = self._engine_plan(draft, factor, margin)
         if not plan.result.changed or plan.result.overflow:
             return plan
-        left = calibrated_margin(self.margins.margin(plan.result.messages), factor)
+        left = calibrated_margin(self.margins.margin(plan.result.messages, draft.written), factor)
         if left < margin - MARGIN_STEP:
             return self._lighter(plan, draft, left)
         return self._settled(plan, draft, margin, left)
@@ -102,7 +104,7 @@ class Drafter:
         for _ in range(SETTLE_ROUNDS):
             if left <= margin:
                 return plan
-            counter = self.counter(draft.spec, plan.factor)
+            counter = self.counter(draft.spec, plan.factor, draft.written)
             budget = budget_for(draft.body, draft.window, counter, clamp=clamp, margin=left)
             if plan.result.tokens_after <= budget.limit:
                 # It stays; a reply limit lowered beside it is lowered for the margin it goes out with.
@@ -113,7 +115,7 @@ class Drafter:
             plan = self._engine_plan(draft, plan.factor, margin)
             if not plan.result.changed or plan.result.overflow:
                 return plan
-            left = calibrated_margin(self.margins.margin(plan.result.messages), plan.factor)
+            left = calibrated_margin(self.margins.margin(plan.result.messages, draft.written), plan.factor)
         return plan
 
     def _lighter(self, plan: ChatPlan, draft: Draft, left: float) -> ChatPlan:
@@ -123,7 +125,7 @@ class Drafter:
         lighter = self._engine_plan(draft, plan.factor, left)
         if not lighter.result.changed or lighter.result.overflow:
             return plan  # the heavy text would go out whole: its margin stands
-        own = calibrated_margin(self.margins.margin(lighter.result.messages), plan.factor)
+        own = calibrated_margin(self.margins.margin(lighter.result.messages, draft.written), plan.factor)
         settled = self._settled(lighter, draft, left, own)
         return plan if settled.result.overflow or not settled.result.changed else settled
 
@@ -144,7 +146,7 @@ class Drafter:
             draft.body,
             draft.messages,
             draft.window,
-            self.counter(draft.spec, factor),
+            self.counter(draft.spec, factor, draft.written),
             self.policy,
             clamp=self.clamps(draft.window),
             memo=self.notes,
@@ -159,5 +161,7 @@ class Drafter:
         setting = self.settings.clamp_max_tokens
         return not window.stops_at_end if setting == "auto" else setting
 
-    def counter(self, spec: str, factor: float = 1.0) -> RequestCounter:
-        return RequestCounter(text_counter(spec), factor=factor, image_tokens=self.settings.image_tokens)
+    def counter(self, spec: str, factor: float = 1.0, written: WrittenJson | None = None) -> RequestCounter:
+        return RequestCounter(
+            text_counter(spec), factor=factor, image_tokens=self.settings.image_tokens, written=written
+        )
