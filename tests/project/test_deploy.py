@@ -31,8 +31,12 @@ OLDEST_KUBERNETES = "1.29.0"  # native sidecars (initContainers with restartPoli
 Doc = dict[str, Any]
 
 
+# libyaml's safe loader where PyYAML was built with it: the same documents, a tenth of the time.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load(path: Path) -> list[Doc]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+    return [doc for doc in yaml.load_all(path.read_text(), Loader=SAFE_LOADER) if doc is not None]
 
 
 def compose(path: Path) -> Doc:
