@@ -138,11 +138,13 @@ def loaded(package: str) -> set[str]:
     return {name.split(".")[0] for name in done.stdout.split()}
 
 
+@pytest.mark.process  # a fresh interpreter: what a plain import loads, nothing else imported first
 @pytest.mark.parametrize("package", sorted(INDIRECT))
 def test_the_pure_layers_load_no_io_indirectly(package: str) -> None:
     assert loaded(package) & INDIRECT[package] == set()
 
 
+@pytest.mark.process
 def test_the_indirect_check_sees_what_a_module_loads() -> None:
     # The middleware rather than the whole app: it loads all three, at a third of the app's cost.
     assert {"starlette", "asyncio", "logging"} <= loaded("proxy.server.middleware")
