@@ -135,12 +135,14 @@ def texts(messages: Iterable[Mapping[str, Any]], written: WrittenJson | None = N
             yield json_text_once(calls, written)
 
 
-def text_chars(messages: Iterable[Mapping[str, Any]], cap: int) -> int:
-    """Characters of the messages' `texts`, counted only until they pass `cap`: whether a request's
-    text can reach a bound is known from its first few messages, not from all 2,000."""
+def text_bytes(messages: Iterable[Mapping[str, Any]], cap: int, written: WrittenJson | None = None) -> int:
+    """The most UTF-8 bytes the messages' `texts` can take, counted only until they pass `cap`: an
+    ASCII text's length (`isascii` reads a flag the string keeps), four a character for any other.
+    Whether a request's text can reach a bound is known from its first few messages, not from all
+    2,000."""
     total = 0
-    for text in texts(messages):
-        total += len(text)
+    for text in texts(messages, written):
+        total += len(text) if text.isascii() else 4 * len(text)
         if total > cap:
             break
     return total

@@ -6,7 +6,7 @@ a format that has `context_report`, and every other format's answers pass as the
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from proxy.engine.plan import Body
 
@@ -19,7 +19,6 @@ class AnswerReport(Protocol):
     def into_stream(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]: ...
 
 
-@runtime_checkable
 class ReportsContextEdits(Protocol):
     def context_report(self, original: Body, edited: Body) -> AnswerReport | None:
         """What the answer must report of the context edits that turned `original` into `edited`

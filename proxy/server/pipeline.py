@@ -28,7 +28,6 @@ from proxy.engine.plan import ChatPlan
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
 from proxy.formats import Conversation, FormatRoute, WireFormat
-from proxy.formats.reports import ReportsContextEdits
 from proxy.server.flight import Flight
 from proxy.server.intake import (
     check_messages,
@@ -272,6 +271,9 @@ def direct_way(flight: Flight, original: dict[str, Any]) -> Direct:
     reports of the edits the proxy applied in the server's place, if any."""
     wire, body = flight.route.format, flight.body
     assert body is not None
-    report = wire.context_report(original, body) if isinstance(wire, ReportsContextEdits) else None
+    # A format that applies edits in the server's place reports them (`ReportsContextEdits`); asked
+    # by attribute: a runtime protocol's `isinstance` walks every member, every request.
+    report_of = getattr(wire, "context_report", None)
+    report = report_of(original, body) if report_of is not None else None
     way = flight.way
     return Direct(wire, way.path, way.from_root, streamed=wire.streamed(body), report=report)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.counting.cache import ModelTable
-from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, text_chars
+from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, text_bytes
 from proxy.counting.modes import Counting
 from proxy.counting.tokens import RequestCounter, WrittenJson
 from proxy.engine.index import NoteMemo, Policy
@@ -77,10 +77,11 @@ class Drafter:
         if margin is not None:
             return self._engine_plan(draft, factor, margin)
         window, messages = draft.window, draft.messages
-        # No tokenizer spends more than a token per UTF-8 byte (4 per character): a request whose text
-        # cannot reach its line or crowd its reply even so needs no measured margin (most requests).
+        # No tokenizer spends more than a token per UTF-8 byte: a request whose text cannot reach its
+        # line or crowd its reply even so needs no measured margin (most requests, and a long English
+        # chat far from a large window). The bound is exact up to the half line, past it only "over".
         half_line = int(window.window * window.threshold) // 2
-        bound = 4 * text_chars(messages, half_line // 4)  # exact up to the half line, past it only "over"
+        bound = text_bytes(messages, half_line, draft.written)
         if bound <= half_line:
             plan = self._engine_plan(draft, factor, MIN_MARGIN)
             r, room = plan.result, min(plan.budget.limit, window.window - (requested_reply(draft.body) or 0))

@@ -43,6 +43,7 @@ SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
 STABLE_SLACK = 0.1  # how far the calibrated factor may undercount a request and still be used
 NOTE_MEMO_SIZE = 4096
+CONFIGURED_MEMO = 1024  # models whose configured window is remembered
 # Requests with this much message text are planned in a worker thread: a first plan of it takes about
 # 50 ms here, a warm one 5 ms, so the hop (0.1-0.3 ms) is a few percent of it; smaller requests stay on
 # the loop, where the hop would cost more than it frees (`benchmarks/bench_planning.py`).
@@ -104,6 +105,7 @@ class Planner:
         self.upstream_rejects_overflow = rejects_overflow(settings)
         self._no_exact_until = 0.0
         self.offloader = Offloader()
+        self._configured: dict[str, ModelWindow] = {}
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
         self.policy = Policy(
@@ -116,8 +118,18 @@ class Planner:
         self.drafter = Drafter(settings, self.policy, self.notes)
         self.counter = self.drafter.counter
 
+    def configured(self, model: str) -> ModelWindow:
+        """`settings.window_for(model)`, remembered: the settings never change, and laying a model's
+        override over the defaults costs more than the lookup, every request."""
+        window = self._configured.get(model)
+        if window is None:
+            if len(self._configured) >= CONFIGURED_MEMO:  # model names are the clients' to choose
+                self._configured.clear()
+            window = self._configured[model] = self.settings.window_for(model)
+        return window
+
     async def window(self, model: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> ModelWindow:
-        window = self.settings.window_for(model)
+        window = self.configured(model)
         if window.auto and self.detector:
             detected = await self.detector.window(model, headers)
             if detected:
@@ -136,7 +148,7 @@ class Planner:
         many = len(messages) >= OFFLOAD_ITEMS
         model = str(body.get("model") or "")
         # A window the request sets needs no asking.
-        window = self.settings.window_for(model) if window_tokens else await self.window(model, headers)
+        window = self.configured(model) if window_tokens else await self.window(model, headers)
         if window_tokens:  # Ollama: it stops a reply at the window's end
             window = replace(window, window=window_tokens, requested=window_tokens, stops_at_end=True)
         elif self.settings.upstream_kind == "ollama":

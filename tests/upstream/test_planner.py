@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from proxy.counting.margin import MIN_MARGIN, text_bytes
 from proxy.counting.modes import Counting
 from proxy.settings import Settings
 from proxy.upstream.overflow import Overflow
@@ -155,6 +156,41 @@ async def test_a_retry_after_the_upstreams_overflow_is_compacted_harder() -> Non
         Overflow(None, None),
     )
     assert nothing is None, "a request compaction cannot change is not retried"
+
+
+@pytest.mark.parametrize(("text", "measured"), [("word " * 6_000, False), ("汉字" * 6_000, True)])
+async def test_a_text_that_cannot_reach_the_line_by_its_bytes_needs_no_measured_margin(
+    text: str, measured: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No tokenizer spends more than a token per UTF-8 byte: 30,000 ASCII characters cannot reach
+    half of an 80,000-token line, 12,000 Chinese ones (36,000 bytes, bounded as 48,000) might."""
+    planner = make("estimate", window=100_000)
+    margins = planner.drafter.margins
+    asked: list[int] = []
+    measure = margins.margin
+    monkeypatch.setattr(
+        margins, "margin", lambda messages, written=None: asked.append(1) or measure(messages, written)
+    )
+    plan = await planner.plan({"model": "m", "messages": [{"role": "user", "content": text}]})
+    assert not plan.result.changed
+    assert bool(asked) is measured
+    assert (plan.margin == MIN_MARGIN) is not measured
+
+
+def test_the_byte_bound_is_never_below_the_texts_own_bytes() -> None:
+    texts = [
+        "plain ASCII",
+        "é" * 7,
+        "汉字",
+        "🙂" * 3,
+        "\udc80",  # a lone surrogate, as the standard library parses one
+        "mixed é 汉 🙂",
+    ]
+    for text in texts:
+        own = len(text.encode("utf-8", "surrogatepass"))
+        assert own <= text_bytes([{"role": "user", "content": text}], 10**9) <= 4 * len(text)
+    many = [{"role": "user", "content": "ten bytes."}] * 2_000
+    assert text_bytes(many, 50) == 60, "read only until past the cap"
 
 
 @pytest.mark.parametrize("spec", list(Counting))
