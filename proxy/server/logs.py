@@ -8,13 +8,14 @@ Nothing here logs message contents or headers; callers log counts and names, nev
 from __future__ import annotations
 
 import contextvars
+import functools
+import http
 import logging
 import re
 import time
 from typing import Any
 
 import orjson
-import uvicorn.logging
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
@@ -37,7 +38,24 @@ def without_keys(text: str) -> str:
     return _QUERY_KEY.sub(r"\1***", text) if "key=" in text.lower() else text
 
 
-class TextFormatter(logging.Formatter):
+class StampedFormatter(logging.Formatter):
+    """`logging.Formatter` whose time stamp (the default format's) is written once a second, not
+    once a line: every request writes an access line."""
+
+    _second = -1
+    _stamp = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if second != self._second:
+            self._stamp = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = second
+        return f"{self._stamp},{int(record.msecs):03d}"  # as `default_msec_format` writes it
+
+
+class TextFormatter(StampedFormatter):
     """The text format, one line per record whatever its message holds (a traceback still follows),
     no query key in it."""
 
@@ -45,11 +63,26 @@ class TextFormatter(logging.Formatter):
         return one_line(without_keys(super().formatMessage(record)))
 
 
-class AccessFormatter(uvicorn.logging.AccessFormatter):
-    """uvicorn's access line, which shows the decoded path and query, kept to one line and without
-    a key given as `?key=` (the Gemini API's)."""
+@functools.cache
+def _status(code: int) -> str:
+    """`200 OK`: the status and its phrase, as uvicorn's access line shows them."""
+    try:
+        return f"{code} {http.HTTPStatus(code).phrase}"
+    except ValueError:
+        return f"{code} "
+
+
+class AccessFormatter(StampedFormatter):
+    """uvicorn's access line (the client, the request line with the decoded path and query, the
+    status and its phrase), kept to one line and without a key given as `?key=` (the Gemini API's).
+    Without uvicorn's colours: kept to one line, they showed on a terminal as `\\x1b[1m`."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
+        client_addr, method, full_path, http_version, status_code = record.args  # type: ignore[misc]
+        # Set on the record itself: `uvicorn.access` goes to this handler alone (`log_config`).
+        record.client_addr = client_addr
+        record.request_line = f"{method} {full_path} HTTP/{http_version}"
+        record.status_code = _status(int(status_code))  # type: ignore[arg-type]
         return one_line(without_keys(super().formatMessage(record)))
 
 

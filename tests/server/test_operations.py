@@ -7,7 +7,7 @@ import logging.config
 import httpx
 import pytest
 
-from proxy.server.logs import JsonFormatter, RequestIdFilter, log_config, request_id
+from proxy.server.logs import JsonFormatter, RequestIdFilter, TextFormatter, log_config, request_id
 from tests.support.conversations import bike_shop_chat
 from tests.support.fakes import RecordingUpstream, proxy_client
 
@@ -154,3 +154,13 @@ async def test_the_upstreams_own_request_id_is_not_duplicated() -> None:
         response = await client.get("/v1/models", headers={"x-request-id": "mine"})
     assert response.headers.get_list("x-request-id") == ["req_up"]
     assert upstream.last.headers["x-request-id"] == "mine"
+
+
+def test_log_lines_are_stamped_as_the_standard_formatter_stamps_them() -> None:
+    """The stamp is written once a second (`StampedFormatter`): every line still carries its own
+    second and milliseconds."""
+    text, stamped = logging.Formatter("%(asctime)s %(message)s"), TextFormatter("%(asctime)s %(message)s")
+    for created in (1_700_000_000.001, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_000.25):
+        record = logging.LogRecord("proxy", logging.INFO, __file__, 1, "line", (), None)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert stamped.format(record) == text.format(record)

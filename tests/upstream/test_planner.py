@@ -168,9 +168,12 @@ async def test_a_text_that_cannot_reach_the_line_by_its_bytes_needs_no_measured_
     margins = planner.drafter.margins
     asked: list[int] = []
     measure = margins.margin
-    monkeypatch.setattr(
-        margins, "margin", lambda messages, written=None: asked.append(1) or measure(messages, written)
-    )
+
+    def measured_margin(messages: Any, written: Any = None) -> float:
+        asked.append(len(messages))
+        return measure(messages, written)
+
+    monkeypatch.setattr(margins, "margin", measured_margin)
     plan = await planner.plan({"model": "m", "messages": [{"role": "user", "content": text}]})
     assert not plan.result.changed
     assert bool(asked) is measured
