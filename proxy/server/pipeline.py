@@ -77,7 +77,7 @@ class Pipeline:
             if expanded is not body:
                 body, flight.raw = expanded, dump_json(expanded)
             if self.remote_compaction.is_trigger(body):
-                return await self.remote_compaction.answer(self, request, route, body)
+                return await self.remote_compaction.answer(self.adapt, self.parts, request, route, body)
         original, large = body, len(flight.raw) >= OFFLOAD_BYTES
         if large:  # a large body is read item by item in a worker thread too
             adapted = await self.parts.planner.in_thread(

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.formats import FormatRoute
+from proxy.formats import Conversation, FormatRoute, WireFormat
 from proxy.formats.responses_compaction import (
     compaction_answer,
     expand,
@@ -28,10 +29,14 @@ from proxy.formats.responses_compaction import (
     left_to_the_item,
     seal,
 )
+from proxy.server.parts import Parts
 from proxy.settings import Settings
 
-if TYPE_CHECKING:
-    from proxy.server.pipeline import Pipeline
+# The pipeline's `adapt` step: the body, its bytes and its neutral conversation (None when the
+# server keeps this history itself).
+Adapt = Callable[
+    [WireFormat, dict[str, Any], bytes, dict[str, str]], tuple[dict[str, Any], bytes, Conversation | None]
+]
 
 log = logging.getLogger("proxy")
 
@@ -63,23 +68,23 @@ class RemoteCompaction:
         return is_trigger(body)
 
     async def answer(
-        self, pipeline: Pipeline, request: Request, route: FormatRoute, body: dict[str, Any]
+        self, adapt: Adapt, parts: Parts, request: Request, route: FormatRoute, body: dict[str, Any]
     ) -> Response:
         """The `compaction` item for a trigger: the history compacted by the proxy's engine for a
         window of `SHRINK` times its size, sealed."""
         wire = route.format
         history = history_of(body)
-        history, _, conversation = pipeline.adapt(wire, history, b"", dict(request.path_params))
+        history, _, conversation = adapt(wire, history, b"", dict(request.path_params))
         items = history["input"]
         if conversation is not None:
-            credentials = pipeline.parts.credentials.credentials(request)
-            first = await pipeline.parts.planner.plan(conversation.request, credentials)
+            credentials = parts.credentials.credentials(request)
+            first = await parts.planner.plan(conversation.request, credentials)
             window = max(1, int(first.result.tokens_before * SHRINK))
-            plan = await pipeline.parts.planner.plan(conversation.request, credentials, window_tokens=window)
+            plan = await parts.planner.plan(conversation.request, credentials, window_tokens=window)
             if plan.result.changed:
                 items = wire.write(history, conversation, plan)["input"]
             before, after = plan.result.tokens_before, plan.result.tokens_after
-            pipeline.parts.metrics.record_compaction(plan.result)
+            parts.metrics.record_compaction(plan.result)
             log.info(
                 "Answered a remote compaction (compaction_trigger) in the server's place. %s", plan.summary()
             )

@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from proxy.bridges.base import Answer, Headers
 from proxy.bridges.ollama.native_request import Body, to_ollama_chat
+from proxy.bridges.ollama.relay import relay_from_ollama
 from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 
@@ -53,6 +54,4 @@ class OllamaBridge:
         return self.request_bytes({**body, "messages": plan.result.messages}, plan.max_tokens)
 
     async def relay(self, response: httpx.Response, answer: Answer) -> Response:
-        from proxy.bridges.ollama.relay import relay_from_ollama  # it names this class
-
-        return await relay_from_ollama(response, self, answer)
+        return await relay_from_ollama(response, answer, stream=self.stream, include_usage=self.include_usage)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import httpx
 import orjson
@@ -28,19 +28,19 @@ from proxy.errors import openai_error_body
 from proxy.metrics import Metrics
 from proxy.upstream.forwarding import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
 
-if TYPE_CHECKING:
-    from proxy.bridges.ollama.bridge import OllamaBridge
-
 log = logging.getLogger("proxy.ollama")
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one NDJSON event: a chunk of a reply, never megabytes
 
 
-async def relay_from_ollama(response: httpx.Response, bridge: OllamaBridge, relay: Answer) -> Response:
-    """The OpenAI client's answer for Ollama's `response` (its body still unread)."""
+async def relay_from_ollama(
+    response: httpx.Response, relay: Answer, *, stream: bool, include_usage: bool
+) -> Response:
+    """The OpenAI client's answer for Ollama's `response` (its body still unread): streamed as the
+    client asked, with the usage chunk where it asked for one."""
     headers = relay.headers
-    if bridge.stream and response.is_success:
-        translator = SseTranslator(completion_id(), bridge.include_usage)
+    if stream and response.is_success:
+        translator = SseTranslator(completion_id(), include_usage)
         return SseResponse(response, translator, relay)
     try:
         with map_transport_errors():
