@@ -316,7 +316,6 @@ def markdown(runs: list[Run], loops: list[sim.Loop], command: str, seconds: floa
     return "\n".join(lines)
 
 
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two short loops, cl100k_base only")

@@ -385,7 +385,6 @@ def markdown(
     return "\n".join(lines)
 
 
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(

@@ -45,5 +45,6 @@ if [ "${FAST:-0}" != "1" ]; then
 fi
 
 .venv/bin/ruff check proxy tests scripts benchmarks
+.venv/bin/ruff format --check proxy tests scripts benchmarks
 .venv/bin/mypy proxy
 .venv/bin/python -m pytest "${MARKERS[@]}" "$@"

@@ -128,7 +128,9 @@ def test_reminders_in_a_long_loop_go_with_their_stretch_under_one_marker() -> No
     kept_reminders = [m for m in result.messages[1:] if m["role"] == "system"]
     kept_steps = [m for m in result.messages if m.get("tool_calls")]
     # Only the kept steps' own reminders stay (one every 4 steps), none of the dropped stretch's.
-    assert len(kept_reminders) <= len(kept_steps) // 4 + 1, "the reminders of the dropped stretch went with it"
+    assert len(kept_reminders) <= len(kept_steps) // 4 + 1, (
+        "the reminders of the dropped stretch went with it"
+    )
     assert sum(1 for m in result.messages if "Earlier conversation dropped" in str(m.get("content"))) == 1
 
 

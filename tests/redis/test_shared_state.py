@@ -79,7 +79,9 @@ async def test_redis_stopped_or_frozen_never_reaches_the_caller_and_warns_once(
         for window in range(4096, 4096 - 100, -1):
             seen_a[(MODEL, None)] = window
             assert seen_a.get((MODEL, None)) == window
-        assert time.monotonic() - started < 1.0, "learning and reading never wait for Redis (its timeout is 2 s)"
+        assert time.monotonic() - started < 1.0, (
+            "learning and reading never wait for Redis (its timeout is 2 s)"
+        )
         await asyncio.sleep(3)
         os.kill(first.process.pid, signal.SIGCONT)
         first.stop()  # and now gone

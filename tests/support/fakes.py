@@ -105,7 +105,12 @@ def make_settings(**overrides: Any) -> Settings:
     except TypeError:  # a list or dict among the overrides
         key, made = None, None
     if made is None:
-        defaults = {"upstream_url": UPSTREAM, "tokenizer": "chars4", "window": 8192, "upstream_kind": "openai"}
+        defaults = {
+            "upstream_url": UPSTREAM,
+            "tokenizer": "chars4",
+            "window": 8192,
+            "upstream_kind": "openai",
+        }
         made = Settings(**{"_env_file": None, **defaults, **overrides})
         if key is not None:
             _MADE[key] = made
