@@ -78,11 +78,15 @@ class AccessFormatter(StampedFormatter):
     Without uvicorn's colours: kept to one line, they showed on a terminal as `\\x1b[1m`."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        client_addr, method, full_path, http_version, status_code = record.args  # type: ignore[misc]
         # Set on the record itself: `uvicorn.access` goes to this handler alone (`log_config`).
-        record.client_addr = client_addr
-        record.request_line = f"{method} {full_path} HTTP/{http_version}"
-        record.status_code = _status(int(status_code))  # type: ignore[arg-type]
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[4], int):
+            client_addr, method, full_path, http_version, status_code = args
+            record.client_addr = client_addr
+            record.request_line = f"{method} {full_path} HTTP/{http_version}"
+            record.status_code = _status(status_code)
+        else:  # not the access call of the uvicorn this was written for: its message as it comes
+            record.client_addr, record.request_line, record.status_code = "-", record.getMessage(), "-"
         return one_line(without_keys(super().formatMessage(record)))
 
 

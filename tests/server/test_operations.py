@@ -7,7 +7,14 @@ import logging.config
 import httpx
 import pytest
 
-from proxy.server.logs import JsonFormatter, RequestIdFilter, TextFormatter, log_config, request_id
+from proxy.server.logs import (
+    AccessFormatter,
+    JsonFormatter,
+    RequestIdFilter,
+    TextFormatter,
+    log_config,
+    request_id,
+)
 from tests.support.conversations import bike_shop_chat
 from tests.support.fakes import RecordingUpstream, proxy_client
 
@@ -164,3 +171,19 @@ def test_log_lines_are_stamped_as_the_standard_formatter_stamps_them() -> None:
         record = logging.LogRecord("proxy", logging.INFO, __file__, 1, "line", (), None)
         record.created, record.msecs = created, (created - int(created)) * 1000
         assert stamped.format(record) == text.format(record)
+
+
+def test_the_access_line_is_uvicorns_in_plain_text_and_survives_another_shape() -> None:
+    fmt = log_config("info", "text")["formatters"]["access"]["fmt"]
+    formatter = AccessFormatter(fmt)
+    args = ("127.0.0.1:5", "GET", "/v1beta/models?key=AIza-secret", "1.1", 404)
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d', args, None
+    )
+    RequestIdFilter().filter(record)
+    assert formatter.format(record).endswith(
+        '127.0.0.1:5 "GET /v1beta/models?key=*** HTTP/1.1" 404 Not Found'
+    )
+    other = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, "%s served", ("x",), None)
+    RequestIdFilter().filter(other)
+    assert formatter.format(other).endswith('- "x served" -'), "another uvicorn's call is logged, not raised"
