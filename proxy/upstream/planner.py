@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from proxy.counting.cache import LruCache
+from proxy.counting.cache import LruCache, ModelTable
 from proxy.counting.calibration import Calibrator
 from proxy.counting.modes import Counting, estimated
 from proxy.counting.tokens import RequestCounter, text_of
@@ -43,7 +43,6 @@ SUMMARY_OVERHEAD = 24  # the summary message's prefix and role markers
 RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count says it must
 STABLE_SLACK = 0.1  # how far the calibrated factor may undercount a request and still be used
 NOTE_MEMO_SIZE = 4096
-CONFIGURED_MEMO = 1024  # models whose configured window is remembered
 # Requests with this much message text are planned in a worker thread: a first plan of it takes about
 # 50 ms here, a warm one 5 ms, so the hop (0.1-0.3 ms) is a few percent of it; smaller requests stay on
 # the loop, where the hop would cost more than it frees (`benchmarks/bench_planning.py`).
@@ -105,7 +104,7 @@ class Planner:
         self.upstream_rejects_overflow = rejects_overflow(settings)
         self._no_exact_until = 0.0
         self.offloader = Offloader()
-        self._configured: dict[str, ModelWindow] = {}
+        self._configured: ModelTable[ModelWindow] = ModelTable()  # model names are the clients' to choose
         # With summaries, each dropped run's marker must leave room for the summary that replaces it.
         gap = settings.summary_tokens + SUMMARY_OVERHEAD if settings.summarize else 0
         self.policy = Policy(
@@ -123,8 +122,6 @@ class Planner:
         override over the defaults costs more than the lookup, every request."""
         window = self._configured.get(model)
         if window is None:
-            if len(self._configured) >= CONFIGURED_MEMO:  # model names are the clients' to choose
-                self._configured.clear()
             window = self._configured[model] = self.settings.window_for(model)
         return window
 
