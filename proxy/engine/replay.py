@@ -154,7 +154,6 @@ class Replay:
             if self.next_exchange >= len(exchanges) or exchanges[self.next_exchange].start < request_start:
                 return
         drop_to = int(budget.target * LOOP_DROP_SHARE)
-        dropped_any = False
         while (
             self.acc > drop_to
             and self.next_exchange < len(exchanges)
@@ -164,15 +163,6 @@ class Replay:
             self.next_exchange += 1
             if exchange.droppable:
                 self._drop(exchange.start, exchange.end)
-                dropped_any = True
-        # The results kept and already read are noted with the drop, not one by one on the next calls:
-        # the prefix after a drop then holds until the results the model has not read yet grow old.
-        if dropped_any:
-            while self.next_tool < last and tools[self.next_tool] < (fresh[0] if fresh else end):
-                i = tools[self.next_tool]
-                self.next_tool += 1
-                if not self.dropped[i] and i not in self.cuts.caps:
-                    self._truncate(i)
         # Whatever is still over: the results already read, biggest first, down to what is left for
         # them; then the fresh ones, only to the line.
         for results, aim in ((read, budget.target), (fresh, budget.limit)):
@@ -180,6 +170,13 @@ class Replay:
                 if self.acc <= budget.limit:
                     break
                 self._cap(i, costs[i] - (self.acc - aim))
+        # Only when the protected part alone does not fit even capped: notes for the kept results
+        # already read, oldest first, as far as the line needs (the report says which).
+        for i in read:
+            if self.acc <= budget.limit:
+                break
+            if not self.dropped[i] and i not in self.cuts.planned and i not in self.cuts.notes:
+                self._truncate(i)
         # A fresh result capped before the drops gets back what they freed, up to the line.
         caps = self.cuts.caps
         for i in fresh:
