@@ -26,6 +26,7 @@ from proxy.engine.markers import Marker
 from proxy.engine.plan import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError
+from proxy.formats.reports import AnswerReport
 
 Message = dict[str, Any]
 
@@ -107,6 +108,12 @@ class WireFormat(Protocol):
     def context_edits(self, body: Body) -> Body:
         """`body` with the context edits it asks for that the proxy applies itself, for a server that
         does not; `body` itself when none applies."""
+        ...
+
+    def context_report(self, original: Body, edited: Body) -> AnswerReport | None:
+        """What the answer must report of the context edits that turned `original` into `edited`
+        (`context_edits` made them), or None: nothing to report (a format without edits, or whose
+        answers have no field for them)."""
         ...
 
 

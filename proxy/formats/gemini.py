@@ -154,6 +154,9 @@ class Gemini:
     def context_edits(self, body: Body) -> Body:
         return body
 
+    def context_report(self, original: Body, edited: Body) -> None:
+        return None
+
 
 def _with_limit(config: dict[str, Any], limit: int) -> dict[str, Any]:
     """`generationConfig` with the clamped reply limit; a fixed thinking budget the limit no longer

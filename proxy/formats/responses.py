@@ -136,6 +136,9 @@ class Responses:
             return body
         return {k: v for k, v in body.items() if k != "context_management"}
 
+    def context_report(self, original: Body, edited: Body) -> None:
+        return None  # the answer has no field for it (see `context_edits`)
+
     def stream_error_event(self, message: str) -> bytes:
         """An `error` event, whose `error` object also makes the openai SDK raise."""
         error = {"message": message, "type": "upstream_error", "param": None, "code": "upstream_stream_error"}

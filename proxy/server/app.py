@@ -20,7 +20,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from proxy import __version__
-from proxy.bodies.split_parse import SPLIT_PARSER
 from proxy.errors import ErrorShape, ProxyError, error_response
 from proxy.formats import FormatRoute, Passthrough, RouteTable
 from proxy.live.routes import add_routes as add_live_page
@@ -59,8 +58,7 @@ def create_app(
         # collection then walks only what requests allocated, not 100 ms of startup objects.
         gc.collect()
         gc.freeze()
-        SPLIT_PARSER.start()  # while the process is small: see `split_parse.py`
-        await parts.start()
+        await parts.start()  # while the process is small: see `proxy.bodies.split_parse`
         try:
             yield
         finally:
