@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PROXY = ROOT / "proxy"
+from tests.support.modules import PROXY, imports, module_name
+
+ROOT = PROXY.parent
 
 # A module may import modules of its own rank or lower.
 RANKS = {
@@ -52,30 +53,6 @@ def rank(module: str) -> int:
     while module not in RANKS:
         module = module.rpartition(".")[0]
     return RANKS[module]
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PROXY.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-# Where a statement can hold others: an import is a statement, so the walk skips every expression
-# (most of a tree's nodes; `ast.walk` over them was most of this file's time).
-BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
-def imports(tree: ast.AST) -> list[str]:
-    found = []
-    statements = [tree]
-    while statements:
-        node = statements.pop()
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append(node.module)
-        elif isinstance(node, ast.Import):
-            found.extend(alias.name for alias in node.names)
-        for field in BODIES:
-            statements.extend(getattr(node, field, ()))
-    return found
 
 
 def violations(path: Path, source: str) -> list[str]:
