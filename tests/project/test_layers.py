@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.modules import PROXY, imports, module_name
+from tests.support.modules import PROXY, imports, module_name, with_late_line
 
 ROOT = PROXY.parent
 
@@ -94,8 +94,7 @@ def test_no_layer_imports_a_higher_one(path: Path) -> None:
 )
 def test_the_check_fails_on_a_bad_import(module: str, line: str) -> None:
     path = PROXY / module
-    source = path.read_text() + f"\n\ndef _late() -> None:\n    {line}\n"
-    assert violations(path, source), f"{line} in {module} went unnoticed"
+    assert violations(path, with_late_line(path, line)), f"{line} in {module} went unnoticed"
 
 
 # Every module of a package imported in a fresh interpreter; what is then loaded, one name a line.
@@ -175,5 +174,4 @@ def test_tests_and_benchmarks_share_only_the_support_package(path: Path) -> None
 )
 def test_the_helper_check_fails_on_a_bad_import(module: str, line: str) -> None:
     path = ROOT / module
-    source = path.read_text() + f"\n\ndef _late() -> None:\n    {line}\n"
-    assert helper_violations(path, source), f"{line} in {module} went unnoticed"
+    assert helper_violations(path, with_late_line(path, line)), f"{line} in {module} went unnoticed"

@@ -23,7 +23,7 @@ from proxy.formats.base import WireFormat
 from proxy.formats.chat import ChatCompletions
 from proxy.ways.base import Way
 from proxy.ways.choice import Bridge
-from tests.support.modules import imports, module_name, where
+from tests.support.modules import imports, module_name, where, with_late_line
 from tests.support.tiers import NOT_TESTS, PROJECT, PROXY, TESTS, TIERS, can_select, home, mirrored
 
 PYPROJECT = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
@@ -338,14 +338,9 @@ def test_the_folder_check_says_where_an_import_goes(module: str, imported: str, 
     ],
 )
 def test_the_check_sees_a_format_named_in_the_core(module: str, line: str) -> None:
-    path = PROXY / module
-    source = path.read_text() + f"\n\ndef _late(self, route, wire) -> None:\n    {line}\n"
-    assert names_seams(path, source), f"{line} in {module} went unnoticed"
-    routes = PROXY / "formats" / "routes.py"  # a format's own folder may name it
-    assert (
-        names_seams(routes, routes.read_text() + f"\n\ndef _late(self, route, wire) -> None:\n    {line}\n")
-        == []
-    )
+    path, routes = PROXY / module, PROXY / "formats" / "routes.py"
+    assert names_seams(path, with_late_line(path, line)), f"{line} in {module} went unnoticed"
+    assert names_seams(routes, with_late_line(routes, line)) == []  # a format's own folder may name it
 
 
 class HalfWay:

@@ -38,3 +38,9 @@ def imports(tree: ast.AST) -> list[str]:
 def where(path: Path) -> str:
     """`proxy/ways/base.py`, as a message names a module."""
     return str(path.relative_to(PROXY.parent))
+
+
+def with_late_line(path: Path, line: str) -> str:
+    """The source of `path` with `line` at its end, inside a function (where an import or a comparison
+    would hide from a check that reads only the top): what a check's own test feeds it."""
+    return path.read_text() + f"\n\ndef _late(self, route, wire) -> None:\n    {line}\n"
