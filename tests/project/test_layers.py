@@ -1,6 +1,7 @@
 """The folders are the layers, and no lower layer imports a higher one (read with `ast`, so an
 import inside a function counts too). Bottom to top: `errors`, `counting/`, `settings`, `engine/`,
-`metrics`, `formats/`, `upstream/`, `bridges/`, `server/`, and the commands (`cli`, `demo`, `stub`).
+`metrics` and `bodies/`, `formats/`, `upstream/` and `sharing/`, `ways/` and `live/`, `server/` and
+`connections/`, and the commands (`cli`, `demo`, `stub`, `run/`).
 Beside them, tests and benchmarks share one helper package, `tests/support/`, and import nothing
 else of each other.
 
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PROXY = ROOT / "proxy"
+from tests.support.modules import PROXY, imports, module_name, with_late_line
+
+ROOT = PROXY.parent
 
 # A module may import modules of its own rank or lower.
 RANKS = {
@@ -27,9 +29,13 @@ RANKS = {
     "proxy.settings": 2,
     "proxy.engine": 3,
     "proxy.metrics": 4,
+    "proxy.bodies": 4,
     "proxy.formats": 5,
     "proxy.upstream": 6,
-    "proxy.bridges": 7,
+    "proxy.sharing": 6,
+    "proxy.ways": 7,
+    "proxy.live": 7,
+    "proxy.connections": 8,
     "proxy.server": 8,
     "proxy.cli": 9,
     "proxy.run": 9,
@@ -47,30 +53,6 @@ def rank(module: str) -> int:
     while module not in RANKS:
         module = module.rpartition(".")[0]
     return RANKS[module]
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PROXY.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-# Where a statement can hold others: an import is a statement, so the walk skips every expression
-# (most of a tree's nodes; `ast.walk` over them was most of this file's time).
-BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
-def imports(tree: ast.AST) -> list[str]:
-    found = []
-    statements = [tree]
-    while statements:
-        node = statements.pop()
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append(node.module)
-        elif isinstance(node, ast.Import):
-            found.extend(alias.name for alias in node.names)
-        for field in BODIES:
-            statements.extend(getattr(node, field, ()))
-    return found
 
 
 def violations(path: Path, source: str) -> list[str]:
@@ -106,14 +88,13 @@ def test_no_layer_imports_a_higher_one(path: Path) -> None:
         ("counting/tokens.py", "from proxy.engine.plan import ChatPlan"),
         ("formats/chat.py", "from proxy.upstream.forwarding import Upstream"),
         ("upstream/probes.py", "from proxy.server.app import create_app"),
-        ("bridges/ollama/bridge.py", "import proxy.server.middleware"),
+        ("ways/ollama/bridge.py", "import proxy.server.middleware"),
         ("engine/notes.py", "import logging"),
     ],
 )
 def test_the_check_fails_on_a_bad_import(module: str, line: str) -> None:
     path = PROXY / module
-    source = path.read_text() + f"\n\ndef _late() -> None:\n    {line}\n"
-    assert violations(path, source), f"{line} in {module} went unnoticed"
+    assert violations(path, with_late_line(path, line)), f"{line} in {module} went unnoticed"
 
 
 # Every module of a package imported in a fresh interpreter; what is then loaded, one name a line.
@@ -193,5 +174,4 @@ def test_tests_and_benchmarks_share_only_the_support_package(path: Path) -> None
 )
 def test_the_helper_check_fails_on_a_bad_import(module: str, line: str) -> None:
     path = ROOT / module
-    source = path.read_text() + f"\n\ndef _late() -> None:\n    {line}\n"
-    assert helper_violations(path, source), f"{line} in {module} went unnoticed"
+    assert helper_violations(path, with_late_line(path, line)), f"{line} in {module} went unnoticed"
