@@ -174,6 +174,8 @@ def _facts(text: str) -> Iterator[tuple[str, int]]:
             token = token[2:]  # `%2F` of a URL-escaped text
         elif before == "@" or text.startswith("@", match.end()):
             continue  # e-mail addresses: their domains and names are not what the next step uses
+        elif text.startswith("%]", match.end()):
+            continue  # a progress bar's `[100%]`
         if listing and token.isdigit():
             continue
         facts = ranks.get(token)
@@ -263,7 +265,8 @@ def _error_lines(text: str, most: int) -> Iterator[str]:
         if end - start > 100:  # a long line (JSON-escaped output): around its last error word
             found = [m.start() for m in ERROR_WORD.finditer(text, start, min(end, start + LINE_CHARS))]
             start = max(start, found[-1] - 40) if found else start
-        yield shorten(_JSON_ESCAPE.sub(" ", text[start : min(end, start + 400)]).strip(), 100)
+        line = _JSON_ESCAPE.sub(" ", text[start : min(end, start + 400)]).strip()
+        yield shorten(line[1:].lstrip() if line.startswith("E ") else line, 100)  # pytest's `E` prefix
         most -= 1
         if not most:
             return

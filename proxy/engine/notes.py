@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 
 from proxy.engine.facts import facts_section, pick_facts
-from proxy.engine.outcome import outcome
+from proxy.engine.failures import is_pytest
+from proxy.engine.outcome import OUTCOME_CHARS, outcome
 from proxy.engine.outline import outline
 from proxy.engine.scanning import NUMBERED_LINE, SCAN_CHARS, head_and_tail, shorten
 
@@ -61,30 +62,34 @@ def build_note(
 ) -> str:
     """The note that stands in for a tool result whose plain text is `text`. `fits` may bound the
     facts section further than its character budget (the engine bounds it in tokens)."""
-    call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    ran, said = _outcome_and_outline(text)
-    return _note(call, text, ran, preview + said, facts_section(pick_facts(text, ran + preview + said, fits)))
+    call, ran, said = _parts(text, tool, arguments, preview_chars)
+    return _note(call, text, ran, said, facts_section(pick_facts(text, call + ran + said, fits)))
 
 
 def note_without_facts(
     text: str, *, tool: str | None, arguments: str | None, preview_chars: int = 150
 ) -> str:
     """The note without its facts, which cost the most to find: for costing a note before writing it."""
-    call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    ran, said = _outcome_and_outline(text)
-    return _note(call, text, ran, preview + said, "")
+    call, ran, said = _parts(text, tool, arguments, preview_chars)
+    return _note(call, text, ran, said, "")
 
 
-def _outcome_and_outline(text: str) -> tuple[str, str]:
-    """What the run came to (said first: the next step depends on it most), and the outline, which
-    gets what the outcome left of the outline's budget, so a note costs what it did."""
+def _parts(text: str, tool: str | None, arguments: str | None, preview_chars: int) -> tuple[str, str, str]:
+    """The call, what the run came to (said first: the next step depends on it most), and the
+    preview with the outline, which gets what the outcome left of the outline's budget, so a note
+    costs what it did. A pytest report's head (platform, plugins, collected) says nothing: its
+    preview's room goes to the outcome (its failures and exception lines)."""
     read = head_and_tail(text, SCAN_CHARS)
-    ran = outcome(read)
-    return ran, outline(read, spent=len(ran) // 4)
+    call, preview = _call_and_preview(text, tool, arguments, preview_chars)
+    if is_pytest(read):
+        ran, preview = outcome(read, OUTCOME_CHARS + preview_chars), ""
+    else:
+        ran, preview = outcome(read), f" Preview: {preview}"
+    return call, ran, preview + outline(read, spent=len(ran) // 4)
 
 
-def _note(call: str, text: str, ran: str, preview: str, kept: str) -> str:
-    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars.{ran} Preview: {preview}{kept}]"
+def _note(call: str, text: str, ran: str, said: str, kept: str) -> str:
+    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars.{ran}{said}{kept}]"
 
 
 def _call_and_preview(
