@@ -18,6 +18,7 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import orjson
@@ -35,6 +36,8 @@ from proxy.engine.scanning import (
 )
 
 FACT_CHARS = 360
+NAMED_LINES = 4  # lines of a listing kept because the agent named their numbers
+NAMED_LINE_CHARS = 50
 MAX_CANDIDATES = 1_000  # facts considered per result: enough for rarity, bounded for huge results
 MAX_SCANNED = 20_000  # tokens or JSON values looked at per result: bounded work for any size
 # JSON results up to this size are parsed for their `key=value` facts (orjson builds a 256 KB
@@ -45,7 +48,7 @@ TYPICAL_FACTS = (
     " Kept: order_id=4471; sku=BW-2231; name=front wheel 700c; price=129.00; qty=2; status=shipped; "
     "date=2026-11-30; tracking=1Z999AA10123456784; customer=C-10294; total=$258.00; invoice=INV-88213; "
     "warehouse=Lyon-2; part=RW-700C-32; src/shop/orders.py; shop.billing.totals; KeyError; "
-    "refund_pending; ShippingLabel."
+    "ShippingLabel."
 )
 
 _SHAPES = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", "a" * 52 + "9" * 10)
@@ -71,6 +74,12 @@ _FACT_TOKEN = re.compile(rf"(?:{_AMOUNT})|(?<![\w#\-./:])(?:{_IDENTIFIER})")
 # module path or an id (order and part numbers, dates, key=value of JSON); a code name (snake_case,
 # CamelCase, _private); a hash; a bare number. Escape codes, plain words and line numbers are none.
 RANK_ERROR_LINE, RANK_ERROR, RANK_PATH, RANK_DOTTED, RANK_ID, RANK_NAME, RANK_HEX, RANK_NUMBER = range(8)
+# A version (`3.13.0`, `1.14dev`, `pluggy-0.13.1`, pip's `>=1.0`) or a bare decimal says nothing of
+# what happened: kept only where the agent's own messages use it.
+RANK_VERSION = 8
+_VERSION = re.compile(
+    r"(?:[A-Za-z][\w.]*-)?v?[0-9]+\.[0-9]+(?:\.[0-9]+[\w.+]*|\.?(?:dev|rc|post|a|b)[0-9]*)?"
+)
 _EXCEPTION_WORD = re.compile(r"[A-Z]\w*(?:Error|Exception|Warning|Exit|Interrupt)")
 _DIGIT = re.compile(r"[0-9]")
 _JSON_ESCAPE = re.compile(r'\\(?:u[0-9A-Fa-f]{4}|[nrt"\\/])')
@@ -81,6 +90,7 @@ _GREP_CONTEXT = re.compile(r"(.+\.\w+)-[0-9]++(?:-|$)|()[0-9]++-(?=[A-Za-z_])")
 # Noise an agent never asks about again: caches and build dirs of installers, licence URLs.
 _NOISE_PATH = ("/.cache/", "/pip-", "/wheels/")
 _NOISE_URL = ("licen", "pip.pypa.io/warnings", "opensource.org", "gnu.org/", "creativecommons")
+_TAG = re.compile(r"/?[A-Za-z][\w-]*")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _CODE_LINE_STARTS = ("except", "raise ", "class ", "def ", "#", "import ", "from ", "catch", "throw ", "//")
 _LS_LINE = re.compile(r"^[-dlcbps][rwxsStT-]{9}[.+@]?[ \t]", re.M)
@@ -102,15 +112,23 @@ def facts_section(facts: list[str]) -> str:
     return f" Kept: {'; '.join(facts)}." if facts else ""
 
 
-def pick_facts(text: str, preview: str, fits: Callable[[str], bool] | None = None) -> list[str]:
-    """Facts from `text` not already in the preview, the rarest kinds first, within the budget, in
-    the order they appear. Rarest first: in a result of many similar records, the first records'
-    fields would otherwise crowd out the one order number or error that stands alone. `fits` may
-    bound the facts section further than its character budget."""
+def pick_facts(
+    text: str,
+    preview: str,
+    fits: Callable[[str], bool] | None = None,
+    used: AbstractSet[str] = frozenset(),
+) -> list[str]:
+    """Facts from `text` not already in the preview, within the budget, in the order they appear:
+    first those the agent's own messages `used` (what it acted on is what it reads back: a name, a
+    path, the line of a listing it named by its number), and error lines; then the rarest kinds.
+    Rarest first: in a result of many similar records, the first records' fields would otherwise
+    crowd out the one order number or error that stands alone. `fits` may bound the facts section
+    further than its character budget."""
     candidates: list[str] = []
     rank: list[int] = []
     seen: Counter[str] = Counter()
-    for fact, kind in _facts(text):
+    named = _named_lines(text, used) if used else []
+    for fact, kind in itertools.chain(((line, RANK_ID) for line in named), _facts(text)):
         seen[fact] += 1
         if seen[fact] == 1 and fact.rpartition("=")[2] not in preview and len(candidates) < MAX_CANDIDATES:
             candidates.append(fact)
@@ -118,23 +136,60 @@ def pick_facts(text: str, preview: str, fits: Callable[[str], bool] | None = Non
     kind_of = [fact.partition("=")[0] if "=" in fact else _shape(fact) for fact in candidates]
     kinds = Counter(kind_of)
 
-    def order(i: int) -> tuple[int, int, int]:
+    def order(i: int) -> tuple[bool, int, int, int]:
         # Ids and values: the rarest shape first (one order number among many records). Names and
         # paths: the most used first (what a file or a grep is about), then the first seen.
         often = kinds[kind_of[i]] if rank[i] in (RANK_ERROR_LINE, RANK_ID) else -seen[candidates[i]]
-        return rank[i], often, i
+        later = rank[i] > RANK_ERROR_LINE and not _is_used(candidates[i], used) and candidates[i] not in named
+        return later, rank[i], often, i
 
     chosen: list[int] = []
-    used = 0
+    spent = 0
     for i in sorted(range(len(candidates)), key=order):
         fact = candidates[i]
-        if used + len(fact) + 2 > FACT_CHARS or any(fact in candidates[j] for j in chosen):
+        if rank[i] == RANK_VERSION and fact not in used:
+            break  # versions sort last
+        if spent + len(fact) + 2 > FACT_CHARS or any(fact in candidates[j] for j in chosen):
             continue  # a shorter fact may still fit; one inside a fact already kept is kept
         if fits is not None and not fits(facts_section([candidates[j] for j in sorted([*chosen, i])])):
             break
         chosen.append(i)
-        used += len(fact) + 2
+        spent += len(fact) + 2
     return [candidates[i] for i in sorted(chosen)]
+
+
+def _is_used(fact: str, used: AbstractSet[str]) -> bool:
+    """Whether the agent's messages name `fact`, or a word of its value (`sku=BW-2231`)."""
+    if not used:
+        return False
+    return fact in used or ("=" in fact and any(word in used for word in fact.partition("=")[2].split()))
+
+
+def _named_lines(text: str, used: AbstractSet[str]) -> list[str]:
+    """The lines of a numbered listing whose numbers the agent's messages name, as `169: code`."""
+    numbers = {fact for fact in used if fact.isdigit()}
+    text = head_and_tail(text, SCAN_CHARS)
+    if not numbers or not NUMBERED_LINE.search(text, 0, 2000):
+        return []
+    lines: list[str] = []
+    for match in itertools.islice(NUMBERED_LINE.finditer(text), MAX_SCANNED):
+        if match.group(1) in numbers:
+            end = text.find("\n", match.end(), match.end() + LINE_CHARS)
+            code = " ".join(text[match.end() : end if end >= 0 else match.end() + LINE_CHARS].split())
+            if code:
+                lines.append(shorten(f"{match.group(1)}: {code}", NAMED_LINE_CHARS))
+            if len(lines) == NAMED_LINES:
+                break
+    return lines
+
+
+def agent_facts(text: str) -> frozenset[str]:
+    """The facts an agent's own message names (its words, its calls' arguments), written as
+    `pick_facts` writes them: a note keeps these first."""
+    found: set[str] = set()
+    for match in itertools.islice(_FACT_TOKEN.finditer(text), MAX_SCANNED):
+        found.update(fact for fact, _ in _token_facts(match.group(0)))
+    return frozenset(found)
 
 
 def _shape(fact: str) -> str:
@@ -176,6 +231,8 @@ def _facts(text: str) -> Iterator[tuple[str, int]]:
             continue  # e-mail addresses: their domains and names are not what the next step uses
         elif text.startswith("%]", match.end()):
             continue  # a progress bar's `[100%]`
+        elif before == "<" and text.startswith(">", match.end()) and _TAG.fullmatch(token):
+            continue  # a tag's name (`<output_head>`, `</warning>`)
         if listing and token.isdigit():
             continue
         facts = ranks.get(token)
@@ -238,6 +295,8 @@ def _rank(token: str) -> int | None:
             return RANK_NAME if parts[0] in ("self", "cls") else RANK_DOTTED
     if _EXCEPTION_WORD.fullmatch(token):
         return RANK_ERROR
+    if digits and _VERSION.fullmatch(token):
+        return RANK_VERSION
     if digits:
         bare = token.lstrip("#$€£¥").replace(",", "").replace(".", "").replace("-", "")
         if bare.isdigit():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import orjson
@@ -31,7 +32,8 @@ _SPACE = re.compile(r"\s+")
 # mini-swe-agent's wrapper of an observation: its status (said by the outcome) and its warning that
 # the output was too long (said by the note's size), which would otherwise fill the preview.
 _WRAPPER = re.compile(
-    r"\A\s*+<returncode>-?[0-9]++</returncode>\s*+(?:<output>\s*+)?|<warning>[^<]{0,600}+</warning>\s*+"
+    r"\A\s*+<returncode>-?[0-9]++</returncode>\s*+(?:<output(?:_head)?>\s*+)?"
+    r"|<warning>[^<]{0,600}+</warning>\s*+(?:<output_head>\s*+)?"
 )
 
 
@@ -59,11 +61,14 @@ def build_note(
     arguments: str | None,
     preview_chars: int = 150,
     fits: Callable[[str], bool] | None = None,
+    used: AbstractSet[str] = frozenset(),
 ) -> str:
     """The note that stands in for a tool result whose plain text is `text`. `fits` may bound the
-    facts section further than its character budget (the engine bounds it in tokens)."""
+    facts section further than its character budget (the engine bounds it in tokens); `used`: the
+    facts the agent's own messages name (`agent_facts`), kept first."""
     call, ran, said = _parts(text, tool, arguments, preview_chars)
-    return _note(call, text, ran, said, facts_section(pick_facts(text, call + ran + said, fits)))
+    kept = pick_facts(text, call + ran + said, fits, used)
+    return _note(call, text, ran, said, facts_section(kept))
 
 
 def note_without_facts(

@@ -34,6 +34,7 @@ class Replay:
     next_tool: int = 0
     next_unit: int = 0
     next_exchange: int = 0
+    end: int = 0  # the end of the request being shrunk
 
     def run(self) -> None:
         index, budget = self.index, self.budget
@@ -64,6 +65,7 @@ class Replay:
     def _shrink(self, end: int) -> None:
         """Bring the request `messages[:end]` down to the target: the seed's rules first, then, when
         they cannot get it under the line, the agent-loop rules inside the protected part."""
+        self.end = end
         keep_from = self.index.protected_start(end)
         self._shrink_old(keep_from)
         if self.acc > self.budget.limit:
@@ -186,7 +188,7 @@ class Replay:
     def _truncate(self, i: int) -> None:
         """Plan a note for tool result `i` (written at the end, if it survives)."""
         cost = self.costs[i]
-        planned = self.cuts.plan_note(i, cost)
+        planned = self.cuts.plan_note(i, cost, self.end)
         self.acc -= cost - planned
         self.costs[i] = planned
 
