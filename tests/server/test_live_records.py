@@ -18,8 +18,8 @@ from proxy.engine.plan import plan_chat
 from proxy.formats import Conversation
 from proxy.server.live.answers import cached_tokens
 from proxy.server.live.identity import conversation_key
+from proxy.server.live.owners import EVERYTHING
 from proxy.server.live.records import Records
-from proxy.server.live.routes import _stream
 from proxy.server.live.shared import take
 from proxy.server.live.well import Decided, build_well
 from proxy.upstream.planner import Planner
@@ -145,14 +145,13 @@ def test_the_well_stacks_to_what_was_forwarded() -> None:
 def test_a_page_watching_gets_the_record_then_its_well() -> None:
     async def watch() -> list[tuple[str, dict[str, Any]]]:
         conversation, plan, records = planned(requests_of(coding_loop(16))[-1])
-        stream = _stream(records)
-        hello = await anext(stream)
-        assert hello.startswith(b"event: hello\n")
+        page = records.pages.open(EVERYTHING)
+        assert page is not None and records.watched
         records.add([(b"session_id", b"t1")], "chat", conversation, plan)
-        frames = [await anext(stream), await anext(stream)]
-        await stream.aclose()
-        assert not records.watchers
-        return [(f.split(b"\n")[0][7:].decode(), json.loads(f.split(b"\ndata: ")[1])) for f in frames]
+        frames = [await page.next(30), await page.next(30)]
+        records.pages.close(page)
+        assert not records.pages and not records.watched
+        return [(f.split(b"\n")[0][7:].decode(), json.loads(f.split(b"\ndata: ")[1])) for f in frames if f]
 
     (kind1, first), (kind2, second) = asyncio.run(watch())
     assert (kind1, kind2) == ("record", "well")

@@ -80,6 +80,7 @@ class ConversationLog:
     model: str
     first_at: float
     preview: str | None = None  # the first user request's start, with COMPACT_UI_CONTENT
+    owner: str = ""  # the key that sent it, as `owners.owner_id` has it ("" without keys)
     records: deque[Record] = field(default_factory=deque)
     totals: Totals = field(default_factory=Totals)
     decided: Decided | None = None  # the latest request's decisions, to tell what is new

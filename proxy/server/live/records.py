@@ -3,9 +3,10 @@
 `Records.add` is the pipeline's one call once a request is planned (before a refusal, so refusals
 are recorded too); `retried` and `answered` complete the record when the upstream reported an
 overflow and when it has answered. The store keeps the last `ui_conversations` conversations, each
-with its last `ui_requests` records, and the proxy's totals since start (SENT). When a page is
-watching, each change is published to it as an event, and the well of the request (its blocks,
-`well.py`) is built in a task after the request; nobody watching, nothing more is done.
+with its last `ui_requests` records, and the proxy's totals since start (SENT), also per key when
+`COMPACT_API_KEYS` tells clients apart (`owners.py`). When a page is watching (`pages.py`), each
+change is offered to the pages that may see it, and the well of the request (its blocks, `well.py`)
+is built in a worker thread after the request; nobody watching, nothing more is done.
 
 With `COMPACT_CACHE_URL` set, a `RecordLink` (`shared.py`) sends each change to the other replicas,
 and it adds theirs here, so every replica's page shows every replica's traffic.
@@ -14,19 +15,21 @@ and it adds theirs here, so every replica's page shows every replica's traffic.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from proxy.counting.cache import ModelTable
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.server.live.answers import cached_tokens
 from proxy.server.live.entries import ConversationLog, Record, Totals
-from proxy.server.live.identity import conversation_key
+from proxy.server.live.identity import conversation_key, short_name
+from proxy.server.live.owners import EVERYTHING, Owners, Sight
+from proxy.server.live.pages import Pages
 from proxy.server.live.well import Decided, build_well, first_change, first_user_text
 from proxy.settings import Settings
 from proxy.upstream.overflow import Overflow
@@ -34,8 +37,7 @@ from proxy.upstream.prompt_reports import Truncation
 
 logger = logging.getLogger("proxy")
 
-EVENT_QUEUE = 256  # events a slow page may fall behind by before it is dropped (it reconnects)
-OFFLOAD_MESSAGES = 400  # a well of more messages is built in a worker thread
+MAX_OWNERS = 1024  # keys whose totals are kept (configured keys, and other replicas')
 
 
 class RecordLink(Protocol):
@@ -58,8 +60,10 @@ class Records:
         self.counter_for = counter_for
         self.conversations: OrderedDict[str, ConversationLog] = OrderedDict()
         self.totals = Totals()
+        self.owner_totals: ModelTable[Totals] = ModelTable(MAX_OWNERS)
+        self.owners = Owners(settings)
+        self.pages = Pages(settings.ui_streams)
         self.started = time.time()
-        self.watchers: set[asyncio.Queue[tuple[str, dict[str, Any]]]] = set()
         self._seq = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self.link: RecordLink | None = None  # the other replicas, when they share the page
@@ -67,7 +71,7 @@ class Records:
     @property
     def watched(self) -> bool:
         """A page watches, here or on another replica: wells are worth drawing."""
-        return bool(self.watchers) or (self.link is not None and self.link.watching)
+        return bool(self.pages) or (self.link is not None and self.link.watching)
 
     def __len__(self) -> int:
         return sum(len(c.records) for c in self.conversations.values())
@@ -81,17 +85,15 @@ class Records:
         if not self.enabled:
             return None
         request = conversation.request
-        key, source = conversation_key(headers, request)
+        owner = self.owners.owner_of(headers)
+        key, source = conversation_key(headers, request, owner)
+        model = short_name(plan.model)
         log = self.conversations.get(key)
         if log is None:
-            log = ConversationLog(key, source, fmt, plan.model, time.time(), self._preview(request))
-            log.records = deque(maxlen=self.max_requests)
-            self.conversations[key] = log
-            while len(self.conversations) > self.max_conversations:
-                self.conversations.popitem(last=False)
+            log = self.open_log(key, source, fmt, model, time.time(), self._preview(request), owner)
         else:
             self.conversations.move_to_end(key)
-            log.format, log.model = fmt, plan.model or log.model
+            log.format, log.model = fmt, model or log.model
         seq = self.next_seq()
         result = plan.result
         decided = Decided.of(result, len(request.get("messages") or ()))
@@ -101,7 +103,7 @@ class Records:
             at=time.time(),
             key=key,
             format=fmt,
-            model=plan.model,
+            model=model,
             messages=decided.messages,
             window=plan.window.window,
             line=plan.budget.limit,
@@ -180,34 +182,45 @@ class Records:
 
     # ------------------------------------------------------------------ what the page reads
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, sight: Sight = EVERYTHING) -> dict[str, Any]:
+        """What a page shows first: the totals and the conversations `sight` may see."""
         return {
             "started": self.started,
             "content": self.content,
-            "totals": self.totals.to_json(),
+            "totals": self.totals_for(sight).to_json(),
             "limits": {"conversations": self.max_conversations, "requests": self.max_requests},
-            "conversations": [c.summary() for c in reversed(self.conversations.values())],
+            "conversations": [
+                c.summary() for c in reversed(self.conversations.values()) if sight.sees(c.owner)
+            ],
         }
 
-    def conversation(self, key: str) -> dict[str, Any] | None:
+    def conversation(self, key: str, sight: Sight = EVERYTHING) -> dict[str, Any] | None:
         log = self.conversations.get(key)
-        if log is None:
+        if log is None or not sight.sees(log.owner):
             return None
         return {**log.summary(), "records": [r.to_json() for r in log.records], "well": log.well}
 
-    def watch(self) -> asyncio.Queue[tuple[str, dict[str, Any]]]:
-        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(EVENT_QUEUE)
-        self.watchers.add(queue)
-        return queue
+    def totals_for(self, sight: Sight) -> Totals:
+        return self.totals if sight.everything else self.owner_totals.get(sight.owner) or Totals()
 
-    def unwatch(self, queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
-        self.watchers.discard(queue)
+    def open_log(
+        self, key: str, source: str, fmt: str, model: str, at: float, preview: str | None, owner: str
+    ) -> ConversationLog:
+        """A new conversation's log, the oldest forgotten past `max_conversations`."""
+        log = ConversationLog(key, source, fmt, model, at, preview, owner)
+        log.records = deque(maxlen=self.max_requests)
+        self.conversations[key] = log
+        while len(self.conversations) > self.max_conversations:
+            self.conversations.popitem(last=False)
+        return log
 
     # ------------------------------------------------------------------ inside
 
     def tally(self, log: ConversationLog, record: Record, sign: int, *, request: bool = False) -> None:
         """Add (`sign` 1) or take back (-1) a record's figures; `request`: count it as a request."""
-        for totals in (self.totals, log.totals):
+        for totals in (self.totals, log.totals, self._owner_totals(log.owner)):
+            if totals is None:
+                continue
             if request:
                 totals.requests += 1
             totals.compacted += sign if record.headers else 0
@@ -219,16 +232,25 @@ class Records:
                 totals.cached += sign * (record.cached_tokens or 0)
                 totals.answers += sign
 
+    def _owner_totals(self, owner: str) -> Totals | None:
+        if not owner:
+            return None
+        totals = self.owner_totals.get(owner)
+        if totals is None:
+            totals = self.owner_totals[owner] = Totals()
+        return totals
+
     def _changed(self, log: ConversationLog, record: Record) -> None:
         """Show a new or changed record to the pages watching, and send it to the other replicas."""
-        if self.watchers:
+        if self.pages:
             self.show(log, record)
         if self.link is not None and not record.origin:
             decided = log.decided or Decided(record.messages)
+            opening = {"source": log.source, "first_at": log.first_at, "preview": log.preview}
             self.link.send(
                 {
                     "event": "record",
-                    "conversation": {"source": log.source, "first_at": log.first_at, "preview": log.preview},
+                    "conversation": {**opening, "owner": log.owner},
                     "record": record,  # written out when sent: its latest state, once
                     "decided": [decided.messages, decided.truncated, decided.capped, decided.dropped],
                 }
@@ -237,45 +259,33 @@ class Records:
     def _preview(self, request: dict[str, Any]) -> str | None:
         return first_user_text(request) if self.content else None
 
-    def publish(self, kind: str, data: dict[str, Any]) -> None:
-        for queue in list(self.watchers):
-            try:
-                queue.put_nowait((kind, data))
-            except asyncio.QueueFull:  # too far behind: it is dropped, and its page reconnects
-                self.watchers.discard(queue)
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.get_nowait()
-                    queue.put_nowait(("close", {}))
-
     def show(self, log: ConversationLog, record: Record) -> None:
-        self.publish(
-            "record",
-            {"conversation": log.summary(), "record": record.to_json(), "totals": self.totals.to_json()},
+        """Offer a record to the pages that may see it, each with the totals it sees."""
+        data = {"conversation": log.summary(), "record": record.to_json(), "totals": self.totals.to_json()}
+        own = self.owner_totals.get(log.owner) if log.owner else None
+        self.pages.publish(
+            "record", log.owner, data, None if own is None else {**data, "totals": own.to_json()}
         )
 
     def _build_well(
         self, log: ConversationLog, record: Record, conversation: Conversation, plan: ChatPlan
     ) -> None:
-        """The latest request's blocks, counted after the request has gone on (in a worker thread
-        when it is long)."""
+        """The latest request's blocks, counted after the request has gone on, in a worker thread:
+        a page watching never holds the event loop (a request of 30 MB of text took it for 0.5 s)."""
         decided, previous = log.decided, log.previous
         assert decided is not None
         args = (conversation.request, plan, self.counter_for(plan), decided, previous, self.content)
 
         async def build() -> None:
             try:
-                if decided.messages > OFFLOAD_MESSAGES:
-                    well = await asyncio.to_thread(build_well, *args)
-                else:
-                    await asyncio.sleep(0)  # after the request's own step
-                    well = build_well(*args)
+                well = await asyncio.to_thread(build_well, *args)
             except Exception:  # the page's drawing must never disturb the proxy: logged, left out
                 logger.exception("the live page could not draw request %d", record.seq)
                 return
             well["seq"], well["key"] = record.seq, record.key
             if log.records and log.records[-1] is record:
                 log.well = well
-            self.publish("well", well)
+            self.pages.publish("well", log.owner, well)
             if self.link is not None:
                 self.link.send({"event": "well", "well": well})
 
