@@ -21,12 +21,11 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from proxy.counting.cache import ModelTable
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.live.answers import cached_tokens
-from proxy.live.entries import ConversationLog, Record, Totals
+from proxy.live.entries import REMOTE_HEADERS, ConversationLog, Ledger, Record, Remote, Totals
 from proxy.live.identity import conversation_key, short_name
 from proxy.live.owners import EVERYTHING, Owners, Sight
 from proxy.live.pages import Pages
@@ -36,8 +35,6 @@ from proxy.upstream.overflow import Overflow
 from proxy.upstream.prompt_reports import Truncation
 
 logger = logging.getLogger("proxy")
-
-MAX_OWNERS = 1024  # keys whose totals are kept (configured keys, and other replicas')
 
 
 class RecordLink(Protocol):
@@ -59,8 +56,7 @@ class Records:
         self.refuse_over_line = settings.overflow == "reject"
         self.counter_for = counter_for
         self.conversations: OrderedDict[str, ConversationLog] = OrderedDict()
-        self.totals = Totals()
-        self.owner_totals: ModelTable[Totals] = ModelTable(MAX_OWNERS)
+        self.ledger = Ledger()
         self.owners = Owners(settings)
         self.pages = Pages(settings.ui_streams)
         self.started = time.time()
@@ -73,15 +69,27 @@ class Records:
         """A page watches, here or on another replica: wells are worth drawing."""
         return bool(self.pages) or (self.link is not None and self.link.watching)
 
+    @property
+    def totals(self) -> Totals:
+        """SENT for the whole proxy since it started."""
+        return self.ledger.all
+
     def __len__(self) -> int:
         return sum(len(c.records) for c in self.conversations.values())
 
     # ------------------------------------------------------------------ the pipeline's calls
 
     def add(
-        self, headers: Iterable[tuple[bytes, bytes]], fmt: str, conversation: Conversation, plan: ChatPlan
+        self,
+        headers: Iterable[tuple[bytes, bytes]],
+        fmt: str,
+        conversation: Conversation,
+        plan: ChatPlan,
+        *,
+        remote: Remote | None = None,
     ) -> Record | None:
-        """Record a planned request (None when the page is off)."""
+        """Record a planned request (None when the page is off); `remote`: a remote compaction the
+        proxy answered, `plan` its compaction of the history."""
         if not self.enabled:
             return None
         request = conversation.request
@@ -98,6 +106,7 @@ class Records:
         result = plan.result
         decided = Decided.of(result, len(request.get("messages") or ()))
         struck, prefix = first_change(log.decided, decided)
+        shown = remote.window if remote else plan  # the model's own window and line
         record = Record(
             seq=seq,
             at=time.time(),
@@ -105,10 +114,10 @@ class Records:
             format=fmt,
             model=model,
             messages=decided.messages,
-            window=plan.window.window,
-            line=plan.budget.limit,
+            window=shown.window.window,
+            line=shown.budget.limit,
             target=plan.budget.target,
-            reply=_reply_room(plan),
+            reply=_reply_room(shown),
             fixed=plan.budget.fixed,
             before=result.tokens_before,
             after=result.tokens_after,
@@ -122,14 +131,15 @@ class Records:
             overflow=result.overflow,
             refused=result.over_window or (result.overflow and self.refuse_over_line),
             counted_by=plan.counted_by,
-            headers=plan.headers(),
+            headers=REMOTE_HEADERS if remote else plan.headers(),
+            remote=remote.figures() if remote else None,
         )
         log.previous, log.decided = log.decided, decided
         log.records.append(record)
         self.tally(log, record, +1, request=True)
         self._changed(log, record)
         if self.watched:
-            self._build_well(log, record, conversation, plan)
+            self._build_well(log, record, conversation, plan, shown)
         return record
 
     def retried(
@@ -155,7 +165,7 @@ class Records:
         self.tally(log, record, +1)
         self._changed(log, record)
         if latest and self.watched:
-            self._build_well(log, record, conversation, plan)
+            self._build_well(log, record, conversation, plan, plan)
 
     def answered(
         self, record: Record | None, reported: int | None, tail: bytes, truncation: Truncation | None = None
@@ -187,7 +197,7 @@ class Records:
         return {
             "started": self.started,
             "content": self.content,
-            "totals": self.totals_for(sight).to_json(),
+            "totals": self.ledger.of(sight).to_json(),
             "limits": {"conversations": self.max_conversations, "requests": self.max_requests},
             "conversations": [
                 c.summary() for c in reversed(self.conversations.values()) if sight.sees(c.owner)
@@ -199,9 +209,6 @@ class Records:
         if log is None or not sight.sees(log.owner):
             return None
         return {**log.summary(), "records": [r.to_json() for r in log.records], "well": log.well}
-
-    def totals_for(self, sight: Sight) -> Totals:
-        return self.totals if sight.everything else self.owner_totals.get(sight.owner) or Totals()
 
     def open_log(
         self, key: str, source: str, fmt: str, model: str, at: float, preview: str | None, owner: str
@@ -217,28 +224,7 @@ class Records:
     # ------------------------------------------------------------------ inside
 
     def tally(self, log: ConversationLog, record: Record, sign: int, *, request: bool = False) -> None:
-        """Add (`sign` 1) or take back (-1) a record's figures; `request`: count it as a request."""
-        for totals in (self.totals, log.totals, self._owner_totals(log.owner)):
-            if totals is None:
-                continue
-            if request:
-                totals.requests += 1
-            totals.compacted += sign if record.headers else 0
-            totals.sent += sign * record.before
-            totals.forwarded += sign * record.after
-            totals.saved += sign * (record.before - record.after)
-            if record.prompt_tokens is not None:
-                totals.reported += sign * record.prompt_tokens
-                totals.cached += sign * (record.cached_tokens or 0)
-                totals.answers += sign
-
-    def _owner_totals(self, owner: str) -> Totals | None:
-        if not owner:
-            return None
-        totals = self.owner_totals.get(owner)
-        if totals is None:
-            totals = self.owner_totals[owner] = Totals()
-        return totals
+        self.ledger.tally(log, record, sign, request=request)
 
     def _changed(self, log: ConversationLog, record: Record) -> None:
         """Show a new or changed record to the pages watching, and send it to the other replicas."""
@@ -261,14 +247,23 @@ class Records:
 
     def show(self, log: ConversationLog, record: Record) -> None:
         """Offer a record to the pages that may see it, each with the totals it sees."""
-        data = {"conversation": log.summary(), "record": record.to_json(), "totals": self.totals.to_json()}
-        own = self.owner_totals.get(log.owner) if log.owner else None
+        data = {
+            "conversation": log.summary(),
+            "record": record.to_json(),
+            "totals": self.totals.to_json(),
+        }
+        own = self.ledger.owners.get(log.owner) if log.owner else None
         self.pages.publish(
             "record", log.owner, data, None if own is None else {**data, "totals": own.to_json()}
         )
 
     def _build_well(
-        self, log: ConversationLog, record: Record, conversation: Conversation, plan: ChatPlan
+        self,
+        log: ConversationLog,
+        record: Record,
+        conversation: Conversation,
+        plan: ChatPlan,
+        shown: ChatPlan,
     ) -> None:
         """The latest request's blocks, counted after the request has gone on, in a worker thread:
         a page watching never holds the event loop (a request of 30 MB of text took it for 0.5 s)."""
@@ -283,6 +278,9 @@ class Records:
                 logger.exception("the live page could not draw request %d", record.seq)
                 return
             well["seq"], well["key"] = record.seq, record.key
+            well["window"], well["line"] = shown.window.window, shown.budget.limit
+            if record.remote is not None:
+                well["remote"] = dict(record.remote)
             if log.records and log.records[-1] is record:
                 log.well = well
             self.pages.publish("well", log.owner, well)

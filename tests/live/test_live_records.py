@@ -24,7 +24,9 @@ from proxy.live.shared import take
 from proxy.live.well import Decided, build_well
 from proxy.upstream.planner import Planner
 from tests.support.fakes import RecordingUpstream, completion, make_settings, proxy_client
+from tests.support.format_chats import as_responses
 from tests.support.live_page import as_chat, coding_loop, requests_of
+from tests.support.upstreams.chats import support_chat
 
 CHAT = "/v1/chat/completions"
 SECRET = "order-4471"
@@ -307,3 +309,25 @@ def test_another_replicas_records_are_added_once_and_updated_in_place() -> None:
     (log,) = here.conversations.values()
     assert [(r.origin_seq, r.prompt_tokens) for r in log.records] == [(1, 7), (2, None)]
     assert here.totals.requests == 2 and here.totals.reported == 7 and newest == {"b": 2}
+
+
+async def test_a_remote_compaction_is_recorded_with_what_it_replaced() -> None:
+    """Issue 36, row 4: Codex's `compaction_trigger`, answered by the proxy, is a record of its own:
+    counted as a request and a compaction, its history's size before and after (not in SENT: nothing
+    went upstream), and how many items the sealed one stands for."""
+    instructions, items = as_responses(support_chat(12, result_items=20))
+    body = {"model": "m", "instructions": instructions, "input": [*items, {"type": "compaction_trigger"}]}
+    async with proxy_client(RecordingUpstream(), window=100_000) as client:
+        answer = await client.post("/v1/responses", json=body, headers={"session-id": "codex-1"})
+        assert answer.headers["x-compaction-remote"] == "answered"
+        snap = (await client.get("/ui/conversations")).json()
+        (conv,) = snap["conversations"]
+        detail = (await client.get(f"/ui/conversations/{conv['key']}")).json()
+    (record,) = detail["records"]
+    assert record["headers"] == {"x-compaction-remote": "answered"}
+    assert record["remote"] == {"items": len(items), "sealed": record["remote"]["sealed"]}
+    assert 0 < record["remote"]["sealed"] < len(items)
+    assert record["window"] == 100_000 and 0 < record["after"] < record["before"]
+    assert snap["totals"]["requests"] == snap["totals"]["compacted"] == 1
+    assert snap["totals"]["sent"] == snap["totals"]["forwarded"] == 0
+    assert conv["source"] == "session-id" and conv["format"] == "responses"
