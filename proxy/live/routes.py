@@ -14,6 +14,7 @@ need a key as every other route does (`RequireApiKey`): the page asks for it onc
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import PurePath
 
 import orjson
 from fastapi import FastAPI
@@ -26,12 +27,13 @@ from proxy.live.pages import event_bytes
 from proxy.live.records import Records
 
 STATIC = resources.files("proxy.live") / "static"
-FILES = {
-    "index.html": "text/html; charset=utf-8",
-    "ui.css": "text/css; charset=utf-8",
-    "ui.js": "text/javascript; charset=utf-8",
-    "favicon.svg": "image/svg+xml",
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",  # the page's ES modules
+    ".svg": "image/svg+xml",
 }
+FILES = {f.name: TYPES[suffix] for f in STATIC.iterdir() if (suffix := PurePath(f.name).suffix) in TYPES}
 OPEN_PREFIXES = ("/ui/static/",)  # with the page itself, `/ui`: no data in them
 RETRY_AFTER_S = 5  # what a page refused past `COMPACT_UI_STREAMS` is told to wait
 # The page loads nothing from anywhere else.

@@ -193,7 +193,7 @@ async def test_the_page_and_its_records_through_the_app() -> None:
         page = await client.get("/ui")
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert "default-src 'self'" in page.headers["content-security-policy"]
-        assert (await client.get("/ui/static/ui.js")).status_code == 200
+        assert (await client.get("/ui/static/main.mjs")).status_code == 200
         assert (await client.get("/ui/static/secrets.txt")).status_code == 404
         answer = await client.post(CHAT, json=long_chat(), headers={"session_id": "codex-thread-1"})
         assert answer.headers["x-compaction-dropped"] != "0"
@@ -219,7 +219,7 @@ async def test_previews_only_when_asked() -> None:
 async def test_the_page_can_be_turned_off() -> None:
     async with proxy_client(RecordingUpstream(), window=3000, ui=False) as client:
         await client.post(CHAT, json=long_chat())
-        for path in ("/ui", "/ui/events", "/ui/conversations", "/ui/static/ui.js"):
+        for path in ("/ui", "/ui/events", "/ui/conversations", "/ui/static/main.mjs"):
             assert (await client.get(path)).status_code == 404
         assert "ui_records" in (await client.get("/metrics")).text  # the gauge stays, at 0
 
@@ -227,7 +227,7 @@ async def test_the_page_can_be_turned_off() -> None:
 async def test_with_api_keys_the_data_needs_a_key_the_page_does_not() -> None:
     async with proxy_client(RecordingUpstream(), window=3000, api_keys="k1") as client:
         assert (await client.get("/ui")).status_code == 200
-        assert (await client.get("/ui/static/ui.js")).status_code == 200
+        assert (await client.get("/ui/static/main.mjs")).status_code == 200
         assert (await client.get("/ui/conversations")).status_code == 401
         assert (await client.get("/ui/events")).status_code == 401
         assert (await client.get("/ui/conversations?key=k1")).status_code == 401  # never in the query
