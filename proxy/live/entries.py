@@ -138,17 +138,16 @@ class Ledger:
     def tally(self, log: ConversationLog, record: Record, sign: int, *, request: bool = False) -> None:
         """Add (`sign` 1) or take back (-1) a record's figures; `request`: count it as a request. A
         remote compaction went nowhere upstream: it counts as a request and a compaction only."""
-        mine = self.owners.get(log.owner) if log.owner else None
-        if log.owner and mine is None:
-            mine = self.owners[log.owner] = Totals()
-        for totals in (self.all, log.totals, mine):
-            if totals is None:
-                continue
+        each = (self.all, log.totals) if not log.owner else (self.all, log.totals, self._mine(log.owner))
+        if record.remote is not None:
+            for totals in each:
+                totals.requests += 1 if request else 0
+                totals.compacted += sign
+            return
+        for totals in each:
             if request:
                 totals.requests += 1
             totals.compacted += sign if record.headers else 0
-            if record.remote is not None:
-                continue
             totals.sent += sign * record.before
             totals.forwarded += sign * record.after
             totals.saved += sign * (record.before - record.after)
@@ -156,6 +155,12 @@ class Ledger:
                 totals.reported += sign * record.prompt_tokens
                 totals.cached += sign * (record.cached_tokens or 0)
                 totals.answers += sign
+
+    def _mine(self, owner: str) -> Totals:
+        mine = self.owners.get(owner)
+        if mine is None:
+            mine = self.owners[owner] = Totals()
+        return mine
 
 
 _TOTALS = tuple(f.name for f in fields(Totals))

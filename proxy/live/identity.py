@@ -54,19 +54,19 @@ def session_header(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str] | 
     return None
 
 
-def conversation_key(
-    headers: Iterable[tuple[bytes, bytes]], request: Mapping[str, Any], owner: str = ""
-) -> tuple[str, str]:
-    """The conversation's key and where it came from (a header's name, or `hash`); `owner`: the
-    key that sent it, when keys are configured."""
-    mine = (b"owner", owner.encode()) if owner else ()
+def conversation_key(headers: Iterable[tuple[bytes, bytes]], request: Mapping[str, Any]) -> tuple[str, str]:
+    """The conversation's key and where it came from (a header's name, or `hash`)."""
     session = session_header(headers)
     if session is not None:
         name, value = session
-        return _digest(*mine, name.encode(), value.encode()), name
+        return _digest(name.encode(), value.encode()), name
     messages = request.get("messages")
-    model = str(request.get("model") or "").encode("utf-8", "surrogatepass")
-    return _digest(*mine, b"model", model, *_opening(messages)), "hash"
+    return _digest(b"model", str(request.get("model") or "").encode(), *_opening(messages)), "hash"
+
+
+def owned_key(owner: str, key: str) -> str:
+    """A conversation's key when keys tell clients apart: the sending key's own."""
+    return _digest(b"owner", owner.encode(), key.encode())
 
 
 def short_name(name: str) -> str:

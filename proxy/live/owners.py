@@ -47,6 +47,7 @@ class Owners:
     def __init__(self, settings: Settings) -> None:
         keys = [key.get_secret_value().encode() for key in settings.api_keys]
         self._ids = [(key, owner_id(key)) for key in keys]
+        self.keyed = bool(keys)
         admins = {key.get_secret_value().encode() for key in settings.admin_keys}
         self._admins = {owner_id(key) for key in keys if key in admins}
 

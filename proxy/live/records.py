@@ -26,7 +26,7 @@ from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.live.answers import cached_tokens
 from proxy.live.entries import REMOTE_HEADERS, ConversationLog, Ledger, Record, Remote, Totals
-from proxy.live.identity import conversation_key, short_name
+from proxy.live.identity import MAX_NAME_CHARS, conversation_key, owned_key, short_name
 from proxy.live.owners import EVERYTHING, Owners, Sight
 from proxy.live.pages import Pages
 from proxy.live.well import Decided, build_well, first_change, first_user_text
@@ -57,6 +57,7 @@ class Records:
         self.counter_for = counter_for
         self.conversations: OrderedDict[str, ConversationLog] = OrderedDict()
         self.ledger = Ledger()
+        self.tally = self.ledger.tally  # add (+1) or take back (-1) a record's figures
         self.owners = Owners(settings)
         self.pages = Pages(settings.ui_streams)
         self.started = time.time()
@@ -67,7 +68,7 @@ class Records:
     @property
     def watched(self) -> bool:
         """A page watches, here or on another replica: wells are worth drawing."""
-        return bool(self.pages) or (self.link is not None and self.link.watching)
+        return bool(self.pages.open_pages) or (self.link is not None and self.link.watching)
 
     @property
     def totals(self) -> Totals:
@@ -93,9 +94,11 @@ class Records:
         if not self.enabled:
             return None
         request = conversation.request
-        owner = self.owners.owner_of(headers)
-        key, source = conversation_key(headers, request, owner)
-        model = short_name(plan.model)
+        key, source = conversation_key(headers, request)
+        owner = self.owners.owner_of(headers) if self.owners.keyed else ""
+        if owner:
+            key = owned_key(owner, key)
+        model = plan.model if len(plan.model) <= MAX_NAME_CHARS else short_name(plan.model)
         log = self.conversations.get(key)
         if log is None:
             log = self.open_log(key, source, fmt, model, time.time(), self._preview(request), owner)
@@ -132,8 +135,9 @@ class Records:
             refused=result.over_window or (result.overflow and self.refuse_over_line),
             counted_by=plan.counted_by,
             headers=REMOTE_HEADERS if remote else plan.headers(),
-            remote=remote.figures() if remote else None,
         )
+        if remote:
+            record.remote = remote.figures()
         log.previous, log.decided = log.decided, decided
         log.records.append(record)
         self.tally(log, record, +1, request=True)
@@ -223,12 +227,9 @@ class Records:
 
     # ------------------------------------------------------------------ inside
 
-    def tally(self, log: ConversationLog, record: Record, sign: int, *, request: bool = False) -> None:
-        self.ledger.tally(log, record, sign, request=request)
-
     def _changed(self, log: ConversationLog, record: Record) -> None:
         """Show a new or changed record to the pages watching, and send it to the other replicas."""
-        if self.pages:
+        if self.pages.open_pages:
             self.show(log, record)
         if self.link is not None and not record.origin:
             decided = log.decided or Decided(record.messages)
