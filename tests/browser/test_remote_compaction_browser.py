@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.support.format_chats import as_responses
-from tests.support.live_page import CHROMIUM, CHROMIUM_ARGS, FORMATS_UPSTREAM
+from tests.support.live_page import CHROMIUM, FORMATS_UPSTREAM, live_page
 from tests.support.processes import VENV_BIN, free_port, running
 from tests.support.upstreams.chats import support_chat
 from tests.support.upstreams.proxy_server import ProxyServer, running_proxy
@@ -30,7 +30,7 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (scripts/test.sh)"),
 ]
-playwright = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
 PAGE_WAIT_MS = 8000
 TRIGGER = {"type": "compaction_trigger"}
@@ -81,46 +81,37 @@ def ends_of_steps(items: list[dict[str, Any]]) -> list[int]:
 def test_each_answered_trigger_is_on_the_timeline_and_in_the_well(proxy: ProxyServer, tmp_path: Path) -> None:
     codex = Codex(proxy)
     ends = ends_of_steps(codex.items)
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            page.goto(proxy.base_url + "/ui")
-            page.wait_for_selector(".conn.live", timeout=PAGE_WAIT_MS)
-            page.evaluate("window.__notReloaded = true")
+    with live_page(proxy.base_url, PAGE_WAIT_MS) as page:
+        for end in ends[:4]:
+            codex.send(codex.items[:end])
+        first = codex.items[: ends[3]]
+        after_first = codex.compact(first)["kept"]
+        expect_remote_well(page, len(first))
+        if target := os.environ.get("UI_SCREENSHOT"):
+            page.wait_for_timeout(750)
+            page.screenshot(path=str(tmp_path / "remote.png"))
+            shutil.copyfile(tmp_path / "remote.png", target)
 
-            for end in ends[:4]:
-                codex.send(codex.items[:end])
-            first = codex.items[: ends[3]]
-            after_first = codex.compact(first)["kept"]
-            expect_remote_well(page, len(first))
-            if target := os.environ.get("UI_SCREENSHOT"):
-                page.wait_for_timeout(750)
-                page.screenshot(path=str(tmp_path / "remote.png"))
-                shutil.copyfile(tmp_path / "remote.png", target)
+        for end in ends[4:8]:
+            codex.send([*after_first, *codex.items[ends[3] : end]])
+        second = [*after_first, *codex.items[ends[3] : ends[7]]]
+        after_second = codex.compact(second)["kept"]
+        (sealed_first, _) = [r["remote"]["sealed"] for r in remote_records(proxy)]
+        expect_remote_well(page, len(second) - 1 + sealed_first)  # its item expanded first
+        codex.send([*after_second, {"role": "user", "content": "Thanks, that was all."}])
 
-            for end in ends[4:8]:
-                codex.send([*after_first, *codex.items[ends[3] : end]])
-            second = [*after_first, *codex.items[ends[3] : ends[7]]]
-            after_second = codex.compact(second)["kept"]
-            (sealed_first, _) = [r["remote"]["sealed"] for r in remote_records(proxy)]
-            expect_remote_well(page, len(second) - 1 + sealed_first)  # its item expanded first
-            codex.send([*after_second, {"role": "user", "content": "Thanks, that was all."}])
-
-            page.wait_for_function(
-                "(n) => document.querySelector('.convs li')?.dataset.requests === String(n)",
-                arg=codex.requests,
-                timeout=PAGE_WAIT_MS,
-            )
-            timeline = page.locator("#timeline")
-            remote = timeline.locator("rect.tl-after[data-remote]")
-            assert remote.count() == 2, "each answered trigger is a bar of its own"
-            assert timeline.locator("line.tl-remote").count() == 2
-            seqs = [int(remote.nth(k).get_attribute("data-seq")) for k in range(2)]
-            assert page.locator(".convs li").count() == 1
-            assert page.evaluate("window.__notReloaded === true"), "the page reloaded"
-        finally:
-            browser.close()
+        page.wait_for_function(
+            "(n) => document.querySelector('.convs li')?.dataset.requests === String(n)",
+            arg=codex.requests,
+            timeout=PAGE_WAIT_MS,
+        )
+        timeline = page.locator("#timeline")
+        remote = timeline.locator("rect.tl-after[data-remote]")
+        assert remote.count() == 2, "each answered trigger is a bar of its own"
+        assert timeline.locator("line.tl-remote").count() == 2
+        seqs = [int(remote.nth(k).get_attribute("data-seq")) for k in range(2)]
+        assert page.locator(".convs li").count() == 1
+        assert page.evaluate("window.__notReloaded === true"), "the page reloaded"
     totals = httpx.get(proxy.base_url + "/ui/conversations", timeout=10).json()["totals"]
     assert totals["requests"] == codex.requests and totals["compacted"] >= 2
     assert [r["seq"] for r in remote_records(proxy)] == seqs
