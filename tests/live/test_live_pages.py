@@ -92,40 +92,71 @@ def test_an_event_is_written_once_and_offered_to_who_may_see_it() -> None:
     asyncio.run(run())
 
 
-def test_a_page_that_reads_nothing_stops_being_sent_to_but_keeps_its_place() -> None:
-    """The client reads nothing: the write the stream waits on never ends. Once the page is dropped
-    that write is cancelled, and its place is given back only when the client hangs up."""
+class Client:
+    """The other end of a page's stream: its writes wait while `reading` is clear (its buffers are
+    full), and it hangs up when told."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.reading, self.blocked, self.hung_up = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self.reading.set()
+
+    async def send(self, message: Any) -> None:
+        self.sent.append(message)
+        if not self.reading.is_set():
+            self.blocked.set()
+            await self.reading.wait()
+
+    async def receive(self) -> dict[str, Any]:
+        await self.hung_up.wait()
+        return {"type": "http.disconnect"}
+
+    def bodies(self) -> list[bytes]:
+        return [m.get("body", b"")[:12] for m in self.sent[1:]]
+
+
+async def dropped_while_writing(client: Client) -> tuple[Pages, asyncio.Task[None]]:
+    """A page's stream whose client stops reading at its first record; the page then dropped."""
+    pages = Pages(cap=1)
+    page = pages.open(EVERYTHING)
+    assert page
+    stream = EventStream(pages, page, lambda: b"event: hello\ndata: {}\n\n", {}, grace=0.2)
+    task = asyncio.create_task(stream({"type": "http"}, client.receive, client.send))
+    await asyncio.sleep(0.05)
+    client.reading.clear()
+    page.offer(b"event: record\ndata: {}\n\n")
+    await asyncio.wait_for(client.blocked.wait(), 5)
+    page.offer(b"event: well\ndata: {}\n\n")
+    page.drop()
+    return pages, task
+
+
+def test_a_page_that_reads_nothing_is_abandoned_but_keeps_its_place() -> None:
+    """The client reads nothing: its write never ends. After the grace it is abandoned, and the
+    page's place is given back only when the client hangs up."""
 
     async def run() -> None:
-        pages = Pages(cap=1)
-        page = pages.open(EVERYTHING)
-        assert page
-        stream = EventStream(pages, page, lambda: b"event: hello\ndata: {}\n\n", {})
-        sent: list[dict[str, Any]] = []
-        blocked, hang_up = asyncio.Event(), asyncio.Event()
-
-        async def send(message: Any) -> None:
-            sent.append(message)
-            if message.get("body", b"").startswith(b"event: record"):
-                blocked.set()
-                await asyncio.Event().wait()  # the client's buffers are full
-
-        async def receive() -> dict[str, Any]:
-            await hang_up.wait()
-            return {"type": "http.disconnect"}
-
-        task = asyncio.create_task(stream({"type": "http"}, receive, send))
-        await asyncio.sleep(0.05)
-        page.offer(b"event: record\ndata: {}\n\n")
-        await asyncio.wait_for(blocked.wait(), 5)
-        page.offer(b"event: well\ndata: {}\n\n")
-        page.drop()
-        await asyncio.sleep(0.3)
+        client = Client()
+        pages, task = await dropped_while_writing(client)
+        await asyncio.sleep(0.5)
         assert not task.done() and len(pages) == 1 and pages.open(EVERYTHING) is None
-        hang_up.set()
+        client.hung_up.set()
         await asyncio.wait_for(task, 5)
         assert len(pages) == 0
-        assert [m.get("body", b"")[:12] for m in sent[1:]] == [b"event: hello", b"event: recor"]
+        assert client.bodies() == [b"event: hello", b"event: recor"]
+
+    asyncio.run(run())
+
+
+def test_a_page_that_was_only_slow_sees_its_stream_end_and_reconnects() -> None:
+    async def run() -> None:
+        client = Client()
+        pages, task = await dropped_while_writing(client)
+        client.reading.set()  # it reads again, within the grace
+        await asyncio.wait_for(task, 5)
+        assert len(pages) == 0 and not client.hung_up.is_set()
+        assert client.bodies() == [b"event: hello", b"event: recor", b""]
+        assert client.sent[-1]["more_body"] is False  # the stream's end: the page reconnects
 
     asyncio.run(run())
 

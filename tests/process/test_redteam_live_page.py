@@ -262,11 +262,12 @@ def test_7_with_previews_a_key_sees_only_its_own_conversations() -> None:
 
 
 def heavy_history(messages: int = 380, chars: int = 80_000) -> bytes:
-    """~30 MB of plain text in few messages: the previews' work is all in the text."""
+    """~30 MB of text in few messages (under the 400 a well is built off the loop for), in words of
+    one letter: the old previews split every word of every message (15 million), on the loop."""
     history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
     for k in range(messages):
         role = "user" if k % 2 == 0 else "assistant"
-        history.append({"role": role, "content": f"turn {k} " + "lorem ipsum dolor " * (chars // 18)})
+        history.append({"role": role, "content": f"turn {k} " + "a " * (chars // 2)})
     return chat("m", history)
 
 
