@@ -108,16 +108,17 @@ def open_stream(proxy: Proxy) -> socket.socket:
     return sock
 
 
-def status_of(sock: socket.socket) -> int | None:
-    """The status line's code, or None if the connection closed with no answer."""
+def head_of(sock: socket.socket) -> bytes:
+    """The answer's status line and headers (what came before the connection closed, if it did)."""
     sock.settimeout(30)
     head = b""
-    while b"\r\n" not in head:
-        chunk = sock.recv(1)
-        if not chunk:
-            return None
+    while b"\r\n\r\n" not in head and (chunk := sock.recv(1)):
         head += chunk
-    return int(head.split(b" ", 2)[1])
+    return head
+
+
+def status_of(head: bytes) -> int | None:
+    return int(head.split(b" ", 2)[1]) if head else None
 
 
 # --- 3: model names are cut wherever the page keeps or sends them ----------------------------------
@@ -208,13 +209,16 @@ def test_4_a_hundred_pages_that_never_read_hold_little_and_nothing_once_gone() -
 def test_5_a_thousand_open_page_streams_leave_chats_served() -> None:
     with upstream_and_proxy() as (_, proxy), ExitStack() as stack:
         sockets = [stack.enter_context(open_stream(proxy)) for _ in range(1000)]
-        statuses = [status_of(sock) for sock in sockets]
+        heads = [head_of(sock) for sock in sockets]
+        statuses = [status_of(head) for head in heads]
         streams = statuses.count(200)
         print(f"row 5: {streams} streams open, {statuses.count(503)} answered 503")
         answer = post(proxy, chat("m"))
         assert answer.status_code == 200, f"a chat got {answer.status_code} with 1,000 page streams open"
         assert 1 <= streams <= 64
         assert statuses.count(503) == 1000 - streams
+        refused = next(head.lower() for head in heads if status_of(head) == 503)
+        assert b"retry-after: 5\r\n" in refused and b"connection: close\r\n" in refused
         health = httpx.get(proxy.base_url + "/healthz", timeout=10)
         assert health.status_code == 200
 
