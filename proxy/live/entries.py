@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.counting.cache import ModelTable
 from proxy.engine.plan import ChatPlan
@@ -123,6 +123,19 @@ class ConversationLog:
             "totals": self.totals.to_json(),
             "last": last.to_json() if last else None,
         }
+
+
+class RecordLink(Protocol):
+    """Where the store sends its changes for the other replicas, and whether a page watches on any."""
+
+    watching: bool
+
+    def send(self, event: dict[str, Any]) -> None: ...
+
+
+def reply_room(plan: ChatPlan) -> int:
+    """The room the reply gets at the top of the window: its limit (as clamped), else the reserve."""
+    return max(0, min(plan.max_tokens or plan.reply or plan.window.reply_reserve, plan.window.window))
 
 
 class Ledger:

@@ -19,13 +19,22 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.live.answers import cached_tokens
-from proxy.live.entries import REMOTE_HEADERS, ConversationLog, Ledger, Record, Remote, Totals
+from proxy.live.entries import (
+    REMOTE_HEADERS,
+    ConversationLog,
+    Ledger,
+    Record,
+    RecordLink,
+    Remote,
+    Totals,
+    reply_room,
+)
 from proxy.live.identity import MAX_NAME_CHARS, conversation_key, owned_key, short_name
 from proxy.live.owners import EVERYTHING, Owners, Sight
 from proxy.live.pages import Pages
@@ -36,13 +45,7 @@ from proxy.upstream.prompt_reports import Truncation
 
 logger = logging.getLogger("proxy")
 
-
-class RecordLink(Protocol):
-    """Where the store sends its changes for the other replicas, and whether a page watches on any."""
-
-    watching: bool
-
-    def send(self, event: dict[str, Any]) -> None: ...
+WELLS_AT_ONCE = 8  # wells being built (each holds its request until it is done)
 
 
 class Records:
@@ -120,7 +123,7 @@ class Records:
             window=shown.window.window,
             line=shown.budget.limit,
             target=plan.budget.target,
-            reply=_reply_room(shown),
+            reply=reply_room(shown),
             fixed=plan.budget.fixed,
             before=result.tokens_before,
             after=result.tokens_after,
@@ -267,7 +270,11 @@ class Records:
         shown: ChatPlan,
     ) -> None:
         """The latest request's blocks, counted after the request has gone on, in a worker thread:
-        a page watching never holds the event loop (a request of 30 MB of text took it for 0.5 s)."""
+        a page watching never holds the event loop (a request of 30 MB of text took it for 0.5 s).
+        At most `WELLS_AT_ONCE` are under way: past that, under a flood, a request has no well (its
+        record still shows), and no more requests wait in memory for theirs."""
+        if len(self._tasks) >= WELLS_AT_ONCE:
+            return
         decided, previous = log.decided, log.previous
         assert decided is not None
         args = (conversation.request, plan, self.counter_for(plan), decided, previous, self.content)
@@ -291,8 +298,3 @@ class Records:
         task = asyncio.get_running_loop().create_task(build())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _reply_room(plan: ChatPlan) -> int:
-    """The room the reply gets at the top of the window: its limit (as clamped), else the reserve."""
-    return max(0, min(plan.max_tokens or plan.reply or plan.window.reply_reserve, plan.window.window))

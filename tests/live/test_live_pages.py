@@ -19,7 +19,7 @@ from proxy.live.events import EventStream
 from proxy.live.identity import MAX_NAME_CHARS, short_name
 from proxy.live.owners import EVERYTHING, Owners, Sight
 from proxy.live.pages import Page, Pages
-from proxy.live.records import Records
+from proxy.live.records import WELLS_AT_ONCE, Records
 from proxy.live.well import PREVIEW_CHARS, PREVIEW_SCAN, _text_start, first_user_text
 from proxy.upstream.planner import Planner
 from tests.support.fakes import make_settings
@@ -200,3 +200,21 @@ def test_admin_keys_must_be_api_keys() -> None:
     with pytest.raises(ValidationError, match="COMPACT_ADMIN_KEYS"):
         make_settings(admin_keys="k2")
     assert Owners(make_settings()).sight_of([(b"x-api-key", b"anything")]) == EVERYTHING
+
+
+def test_under_a_flood_at_most_a_few_wells_are_built_at_once() -> None:
+    """Each well being built holds its request: past `WELLS_AT_ONCE`, a request gets its record only."""
+
+    async def run() -> None:
+        records = keyed_records()
+        page = records.pages.open(EVERYTHING)
+        assert page
+        for n in range(3 * WELLS_AT_ONCE):
+            add(records, ALICE, f"request {n}")
+        assert len(records._tasks) == WELLS_AT_ONCE
+        await asyncio.gather(*records._tasks)
+        kinds = [chunk.split(b"\n")[0] for chunk in page.backlog]
+        assert kinds.count(b"event: record") == 3 * WELLS_AT_ONCE
+        assert kinds.count(b"event: well") == WELLS_AT_ONCE
+
+    asyncio.run(run())
