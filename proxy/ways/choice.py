@@ -29,6 +29,7 @@ class Bridges:
     def __init__(self, settings: Settings, ollama: OllamaChooser) -> None:
         self.ollama = ollama
         self.gemini_native = gemini_native(settings)
+        self.gemini_model = settings.gemini_model
 
     async def choose(
         self, route: FormatRoute, body: Body, conversation: Conversation, credentials: RawHeaders, own: Way
@@ -40,11 +41,14 @@ class Bridges:
         self, route: FormatRoute, body: Body, conversation: Conversation, credentials: RawHeaders
     ) -> Way | None:
         """`ollama`: an OpenAI chat to Ollama's native API. `gemini`: a Gemini API request to the
-        upstream's Chat Completions, or for Ollama to its native API (its window set)."""
+        upstream's Chat Completions, or for Ollama to its native API (its window set); with
+        `COMPACT_GEMINI_MODEL`, for that model: the request is planned and sent for it."""
         if route.bridge == "ollama":
             return await self.ollama.bridge(body, credentials)
         if route.bridge != "gemini" or self.gemini_native:
             return None
+        if self.gemini_model:
+            conversation.request["model"] = self.gemini_model
         streamed = route.format.streamed(body)
         gemini = GeminiChatBridge(streamed=streamed)
         model = str(conversation.request.get("model") or "")
