@@ -200,6 +200,8 @@ class Pipeline:
         assert plan is not None and conversation is not None
         error = await read_raw(response)
         overflow = parse_overflow(response.status_code, error)
+        if overflow is None and (again := self.repaired(flight, response.status_code, error)) is not None:
+            return await self.send(again)
         harder = self.parts.planner.harder(conversation.request, plan, overflow) if overflow else None
         if harder is None:
             if overflow:
@@ -214,6 +216,21 @@ class Pipeline:
         flight.plan = await self.summarise(flight, harder)
         self.parts.records.retried(flight.record, overflow, flight.plan, conversation)
         return await self.send(flight)
+
+    def repaired(self, flight: Flight, status: int, error: bytes) -> Flight | None:
+        """`flight` set to go once more as its format repairs it after a refusal that says how
+        (`resend_after`: Anthropic's thinking block bound to another conversation), if it does."""
+        resend_after = getattr(flight.route.format, "resend_after", None)
+        if resend_after is None or flight.resend is not None:
+            return None
+        again: bytes | None = resend_after(flight.content(), status, error)
+        if again is None:
+            return None
+        log.info(
+            "The upstream refused the request (%s); sending it once more as its format repairs it.", status
+        )
+        flight.resend = again
+        return flight
 
     # ------------------------------------------------------------------ every route's last steps
 
