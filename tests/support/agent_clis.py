@@ -9,7 +9,8 @@ non-essential call off, pointed at the server by the variables or config file a 
   ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (+ ``DISABLE_TELEMETRY``, ``DISABLE_AUTOUPDATER``,
   ``DISABLE_ERROR_REPORTING``); ``claude -p TASK --output-format json --allowedTools Read,Bash,Grep,Glob``
   (``--dangerously-skip-permissions`` is refused as root). Thinking is on by default for the model;
-  ``MAX_THINKING_TOKENS=0`` turns it off.
+  ``MAX_THINKING_TOKENS=0`` turns it off where the model allows it (2.1.332: ``claude-sonnet-4-5``,
+  the model here, yes; ``claude-opus-5-5`` no, it still gets adaptive thinking).
 - Codex with its built-in ``openai`` provider (``codex_compact_limit``): ``openai_base_url =
   "http://proxy/v1"``, a model of its catalogue and ``model_auto_compact_token_limit``, ``OPENAI_API_KEY``:
   it compacts remotely (a ``compaction_trigger`` item), which the proxy answers.
