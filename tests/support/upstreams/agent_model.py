@@ -410,46 +410,43 @@ async def messages(request: Request) -> Response:
     if body.get("stream") is not True:
         return json_response(message)
 
-    def events() -> Iterator[tuple[str | None, Any]]:
-        start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
-        yield "message_start", {"type": "message_start", "message": start}
-        yield "ping", {"type": "ping"}
-        for i, block in enumerate(content):
-            if block["type"] == "thinking":
-                empty: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
-                deltas = [
-                    {"type": "thinking_delta", "thinking": block["thinking"]},
-                    {"type": "signature_delta", "signature": block["signature"]},
-                ]
-            elif block["type"] == "text":
-                empty = {"type": "text", "text": ""}
-                words = block["text"].split(" ")
-                deltas = [
-                    {"type": "text_delta", "text": w + (" " if j < len(words) - 1 else "")}
-                    for j, w in enumerate(words)
-                ]
-            else:
-                empty = {**block, "input": {}}
-                js = orjson.dumps(block["input"]).decode()
-                deltas = [
-                    {"type": "input_json_delta", "partial_json": js[j : j + 40]}
-                    for j in range(0, len(js), 40)
-                ]
-            yield "content_block_start", {"type": "content_block_start", "index": i, "content_block": empty}
-            for delta in deltas:
-                yield "content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}
-            yield "content_block_stop", {"type": "content_block_stop", "index": i}
-        yield (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": stop, "stop_sequence": None},
-                "usage": {**usage, "output_tokens": out_tokens},
-            },
-        )
-        yield "message_stop", {"type": "message_stop"}
+    return sse(anthropic_events(message))
 
-    return sse(events())
+
+def anthropic_events(message: dict[str, Any]) -> Iterator[tuple[str | None, Any]]:
+    """Anthropic's stream of a whole `message`: each block opened, filled by its deltas (text word
+    by word, a call's input in pieces), closed; the stop reason and usage in `message_delta`."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    yield "message_start", {"type": "message_start", "message": start}
+    yield "ping", {"type": "ping"}
+    for i, block in enumerate(message["content"]):
+        if block["type"] == "thinking":
+            empty: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
+        elif block["type"] == "text":
+            empty = {"type": "text", "text": ""}
+            words = block["text"].split(" ")
+            deltas = [
+                {"type": "text_delta", "text": w + (" " if j < len(words) - 1 else "")}
+                for j, w in enumerate(words)
+            ]
+        else:
+            empty = {**block, "input": {}}
+            js = orjson.dumps(block["input"]).decode()
+            deltas = [
+                {"type": "input_json_delta", "partial_json": js[j : j + 40]} for j in range(0, len(js), 40)
+            ]
+        yield "content_block_start", {"type": "content_block_start", "index": i, "content_block": empty}
+        for delta in deltas:
+            yield "content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}
+        yield "content_block_stop", {"type": "content_block_stop", "index": i}
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    yield "message_delta", {"type": "message_delta", "delta": delta, "usage": usage}
+    yield "message_stop", {"type": "message_stop"}
 
 
 async def count_tokens(request: Request) -> Response:

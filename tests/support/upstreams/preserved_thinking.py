@@ -28,7 +28,6 @@ import argparse
 import hashlib
 import hmac
 import itertools
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -38,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tests.support.upstreams.agent_model import anthropic_events
 from tests.support.upstreams.formats import json_response, sse
 
 SECRET = b"preserved-thinking-fake"
@@ -133,32 +133,7 @@ async def messages(request: Request) -> Response:
     }
     if body.get("stream") is not True:
         return json_response(message)
-    return sse(events(message))
-
-
-def events(message: dict[str, Any]) -> Iterator[tuple[str | None, Any]]:
-    """Anthropic's stream of `message`: its blocks opened, filled by their deltas, closed."""
-    start = {**message, "content": [], "stop_reason": None}
-    yield "message_start", {"type": "message_start", "message": start}
-    for i, block in enumerate(message["content"]):
-        if block["type"] == "thinking":
-            empty: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas = [
-                {"type": "thinking_delta", "thinking": block["thinking"]},
-                {"type": "signature_delta", "signature": block["signature"]},
-            ]
-        elif block["type"] == "text":
-            empty, deltas = {"type": "text", "text": ""}, [{"type": "text_delta", "text": block["text"]}]
-        else:
-            empty = {**block, "input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": orjson.dumps(block["input"]).decode()}]
-        yield "content_block_start", {"type": "content_block_start", "index": i, "content_block": empty}
-        for delta in deltas:
-            yield "content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}
-        yield "content_block_stop", {"type": "content_block_stop", "index": i}
-    delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-    yield "message_delta", {"type": "message_delta", "delta": delta, "usage": message["usage"]}
-    yield "message_stop", {"type": "message_stop"}
+    return sse(anthropic_events(message))
 
 
 async def recorded(request: Request) -> Response:
