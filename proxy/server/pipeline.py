@@ -229,10 +229,9 @@ class Pipeline:
     def repaired(self, flight: Flight, status: int, error: bytes) -> Flight | None:
         """`flight` set to go once more as its format repairs it after a refusal that says how
         (`resend_after`: Anthropic's thinking block bound to another conversation), if it does."""
-        resend_after = getattr(flight.route.format, "resend_after", None)
-        if resend_after is None or flight.resend is not None:
+        if flight.resend is not None:
             return None
-        again: bytes | None = resend_after(flight.content(), status, error)
+        again = flight.route.format.resend_after(flight.content(), status, error)
         if again is not None:
             log.info("The upstream refused the request (%s); sending it once more, repaired.", status)
             flight.resend = again
