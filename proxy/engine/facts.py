@@ -48,7 +48,7 @@ TYPICAL_FACTS = (
     " Kept: order_id=4471; sku=BW-2231; name=front wheel 700c; price=129.00; qty=2; status=shipped; "
     "date=2026-11-30; tracking=1Z999AA10123456784; customer=C-10294; total=$258.00; invoice=INV-88213; "
     "warehouse=Lyon-2; part=RW-700C-32; src/shop/orders.py; shop.billing.totals; KeyError; "
-    "ShippingLabel."
+    "refund_pending; ShippingLabel."
 )
 
 _SHAPES = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", "a" * 52 + "9" * 10)
@@ -321,6 +321,8 @@ def _error_lines(text: str, most: int) -> Iterator[str]:
     for start, end in matching_lines(ERROR_WORD, text, lowered, ERROR_WORDS):
         if text[start : min(end, start + 80)].lstrip().startswith(_CODE_LINE_STARTS):
             continue  # `except Exception:`, `raise KeyError(...)`: a source line, not an error that happened
+        if text.startswith("Traceback (most recent call last)", start):
+            continue  # says only that its exception line follows
         if end - start > 100:  # a long line (JSON-escaped output): around its last error word
             found = [m.start() for m in ERROR_WORD.finditer(text, start, min(end, start + LINE_CHARS))]
             start = max(start, found[-1] - 40) if found else start

@@ -28,6 +28,7 @@ NOTE_PREFIX = "[Truncated to save context:"
 DROPPED_PREFIX = "[Earlier conversation dropped to save context:"
 
 ARGUMENT_CHARS = 120
+_TRACEBACK = "Traceback (most recent call last):"
 _SPACE = re.compile(r"\s+")
 # mini-swe-agent's wrapper of an observation: its status (said by the outcome) and its warning that
 # the output was too long (said by the note's size), which would otherwise fill the preview.
@@ -83,13 +84,15 @@ def _parts(text: str, tool: str | None, arguments: str | None, preview_chars: in
     """The call, what the run came to (said first: the next step depends on it most), and the
     preview with the outline, which gets what the outcome left of the outline's budget, so a note
     costs what it did. A pytest report's head (platform, plugins, collected) says nothing: its
-    preview's room goes to the outcome (its failures and exception lines)."""
+    preview's room goes to the outcome (its failures and exception lines). Nor does a traceback's
+    first frame, where the outcome says where it failed."""
     read = head_and_tail(text, SCAN_CHARS)
     call, preview = _call_and_preview(text, tool, arguments, preview_chars)
     if is_pytest(read):
         ran, preview = outcome(read, OUTCOME_CHARS + preview_chars), ""
     else:
-        ran, preview = outcome(read), f" Preview: {preview}"
+        ran = outcome(read)
+        preview = "" if preview.startswith(_TRACEBACK) and ran else f" Preview: {preview}"
     return call, ran, preview + outline(read, spent=len(ran) // 4)
 
 

@@ -158,13 +158,11 @@ GOLDEN = {
     "traceback": (
         '[Truncated to save context: bash({"command":"python reproduce.py"}) returned 1,027 chars. '
         "Outcome: /testbed/src/marshmallow/layer7.py:107: TypeError: unsupported operand type(s) fo"
-        "r /: 'NoneType' and 'float'. Preview: Traceback (most recent call last): File \"/testbed/re"
-        'produce.py", line 7, in <module> print(td_field.serialize("td_field", obj)) File "/testbed'
-        "/src/mar… Kept: /testbed/src/marshmallow/fields.py; 1461; value.total_seconds; base_unit.t"
-        "otal_seconds; /testbed/src/marshmallow/layer0.py; call_0; call_1; /testbed/src/marshmallow"
-        "/layer1.py; /testbed/src/marshmallow/layer2.py; /testbed/src/marshmallow/layer3.py; /testb"
-        "ed/src/marshmallow/layer4.py; /testbed/src/marshmallow/layer5.py; /testbed/src/marshmallow"
-        "/layer6.py.]"
+        "r /: 'NoneType' and 'float'. Kept: /testbed/reproduce.py; td_field.serialize; /testbed/src"
+        "/marshmallow/fields.py; 1461; value.total_seconds; /testbed/src/marshmallow/layer0.py; /te"
+        "stbed/src/marshmallow/layer1.py; /testbed/src/marshmallow/layer2.py; /testbed/src/marshmal"
+        "low/layer3.py; /testbed/src/marshmallow/layer4.py; /testbed/src/marshmallow/layer5.py; /te"
+        "stbed/src/marshmallow/layer6.py.]"
     ),
     "git": (
         '[Truncated to save context: bash({"command":"git status && git diff"}) returned 1,046 char'
