@@ -1,15 +1,16 @@
 """The facts a note keeps of a tool result: the identifiers a later turn most likely needs.
 
 A plain preview loses every fact past its first 150 characters, so a note keeps, within a small
-budget, the identifiers of the result ranked by what an agent's next step uses: error lines and
-exception names, paths and test ids, dotted module paths and ids such as order and part numbers,
-code names, then hashes and numbers; escape codes and line numbers never. Of a JSON result, its
-leaves that look like facts (`key=value`). The rarest kinds come first, so that in a result of many
-similar records the one order number or error that stands alone is kept.
+budget, the identifiers of the result ranked by what an agent reads back: first those its own
+messages named (`agent_words.py`) and error lines; then exception names, paths and test ids, dotted
+module paths and ids such as order and part numbers, code names, then hashes and numbers; escape
+codes, tags, versions and line numbers never (unless the agent named them: a listing's line it named
+by its number is kept with its code). Of a JSON result, its leaves that look like facts
+(`json_facts.py`). The rarest kinds come first, so that in a result of many similar records the one
+order number or error that stands alone is kept.
 
-Bounded work: every pattern is linear in what it reads, and at most `MAX_SCANNED` tokens or JSON
-values (leaves and containers, empty ones too) of a result are looked at; a JSON result is parsed
-only up to `JSON_CHARS`, a larger one is read as text (its head and tail).
+Bounded work: every pattern is linear in what it reads, at most `MAX_SCANNED` tokens or JSON values
+are looked at; a JSON result over `JSON_CHARS` is read as text (its head and tail).
 """
 
 from __future__ import annotations
@@ -19,19 +20,18 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
-from typing import Any
 
 import orjson
 
+from proxy.engine.json_facts import JSON_CHARS, json_facts
 from proxy.engine.scanning import (
-    ERROR_WORD,
-    ERROR_WORDS,
     LINE_CHARS,
     MAX_LINES,
+    MAX_SCANNED,
     NUMBERED_LINE,
     SCAN_CHARS,
+    error_lines,
     head_and_tail,
-    matching_lines,
     shorten,
 )
 
@@ -39,10 +39,6 @@ FACT_CHARS = 360
 NAMED_LINES = 4  # lines of a listing kept because the agent named their numbers
 NAMED_LINE_CHARS = 50
 MAX_CANDIDATES = 1_000  # facts considered per result: enough for rarity, bounded for huge results
-MAX_SCANNED = 20_000  # tokens or JSON values looked at per result: bounded work for any size
-# JSON results up to this size are parsed for their `key=value` facts (orjson builds a 256 KB
-# `[[],[],...]` in about 10 ms, a 4 MB one in 300); a larger one is read as text, head and tail.
-JSON_CHARS = 262_144
 # What a full facts section typically looks like, for costing a note before its facts are found.
 TYPICAL_FACTS = (
     " Kept: order_id=4471; sku=BW-2231; name=front wheel 700c; price=129.00; qty=2; status=shipped; "
@@ -52,13 +48,6 @@ TYPICAL_FACTS = (
 )
 
 _SHAPES = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", "a" * 52 + "9" * 10)
-# Keys whose values are facts a later turn asks about again.
-_FACT_KEY = re.compile(
-    r"(?:^|_)(?:id|ids|no|number|num|code|sku|part|order|invoice|ref|reference|serial|tracking|price|"
-    r"amount|total|cost|balance|qty|quantity|stock|status|state|date|due|eta|error|email|phone|name|"
-    r"title|version|account|user|customer)s?$",
-    re.IGNORECASE,
-)
 # Every pattern that runs over a whole result is linear: it starts only where a run of its characters
 # starts (a lookbehind) and takes the run whole (possessive), so no start rescans a run, and nothing
 # nests unbounded repetition. A tool result can be megabytes of one character.
@@ -82,7 +71,6 @@ _VERSION = re.compile(
 )
 _EXCEPTION_WORD = re.compile(r"[A-Z]\w*(?:Error|Exception|Warning|Exit|Interrupt)")
 _DIGIT = re.compile(r"[0-9]")
-_JSON_ESCAPE = re.compile(r'\\(?:u[0-9A-Fa-f]{4}|[nrt"\\/])')
 _ESCAPE = re.compile(r"u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[nrtbfv0]")
 _HEX = re.compile(r"(?:0x)?[0-9a-f]{6,}")
 # grep's context lines (`80-def`, `src/a.py-15-from`): the line number is no part of the fact.
@@ -92,7 +80,6 @@ _NOISE_PATH = ("/.cache/", "/pip-", "/wheels/")
 _NOISE_URL = ("licen", "pip.pypa.io/warnings", "opensource.org", "gnu.org/", "creativecommons")
 _TAG = re.compile(r"/?[A-Za-z][\w-]*")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
-_CODE_LINE_STARTS = ("except", "raise ", "class ", "def ", "#", "import ", "from ", "catch", "throw ", "//")
 _LS_LINE = re.compile(r"^[-dlcbps][rwxsStT-]{9}[.+@]?[ \t]", re.M)
 # `unusable.It`: a sentence run into the next one, not a dotted name.
 _SENTENCE_STARTS = frozenset({
@@ -202,7 +189,7 @@ def _facts(text: str) -> Iterator[tuple[str, int]]:
     stripped = text.lstrip()
     if stripped[:1] in ("{", "[") and len(stripped) <= JSON_CHARS:
         try:
-            for fact in _json_facts(orjson.loads(stripped)):
+            for fact in json_facts(orjson.loads(stripped)):
                 yield fact, RANK_ID
             return
         except orjson.JSONDecodeError:
@@ -210,7 +197,7 @@ def _facts(text: str) -> Iterator[tuple[str, int]]:
     text = head_and_tail(text, SCAN_CHARS)
     if NUMBERED_LINE.search(text, 0, 2000):
         text = NUMBERED_LINE.sub("", text)  # line numbers are not facts
-    for line in _error_lines(text, 2):
+    for line in error_lines(text, 2):
         yield line, RANK_ERROR_LINE
     listing = _LS_LINE.search(text, 0, 2000) is not None
     if listing:  # `ls -l`: the names are the facts, sizes and dates are not
@@ -311,56 +298,3 @@ def _rank(token: str) -> int | None:
     ):
         return RANK_NAME
     return None
-
-
-def _error_lines(text: str, most: int) -> Iterator[str]:
-    """The first lines that name an error, found word first (a line pattern backtracks on every line)."""
-    lowered = text.lower()
-    if not any(word in lowered for word in ERROR_WORDS):
-        return
-    for start, end in matching_lines(ERROR_WORD, text, lowered, ERROR_WORDS):
-        if text[start : min(end, start + 80)].lstrip().startswith(_CODE_LINE_STARTS):
-            continue  # `except Exception:`, `raise KeyError(...)`: a source line, not an error that happened
-        if text.startswith("Traceback (most recent call last)", start):
-            continue  # says only that its exception line follows
-        if end - start > 100:  # a long line (JSON-escaped output): around its last error word
-            found = [m.start() for m in ERROR_WORD.finditer(text, start, min(end, start + LINE_CHARS))]
-            start = max(start, found[-1] - 40) if found else start
-        line = _JSON_ESCAPE.sub(" ", text[start : min(end, start + 400)]).strip()
-        yield shorten(line[1:].lstrip() if line.startswith("E ") else line, 100)  # pytest's `E` prefix
-        most -= 1
-        if not most:
-            return
-
-
-def _json_facts(root: Any) -> Iterator[str]:
-    """Leaves of a JSON value that look like facts, depth first, without recursion (so any depth the
-    parser accepts is fine and a leaf costs the same however deep it sits)."""
-    stack: list[Iterator[tuple[str, Any]]] = [iter((("", root),))]
-    fact_key: dict[str, bool] = {}
-    leaves = 0
-    while stack:
-        for key, value in stack[-1]:
-            leaves += 1  # containers too, empty ones included: `[[],[],...]` is bounded like text
-            if leaves > MAX_SCANNED:
-                return
-            if isinstance(value, dict):
-                stack.append((str(k), v) for k, v in value.items())
-                break
-            if isinstance(value, list):
-                stack.append((key, v) for v in value)
-                break
-            if value is None:
-                continue
-            if key not in fact_key:
-                fact_key[key] = bool(key) and _FACT_KEY.search(key) is not None
-            if isinstance(value, bool) and not fact_key[key]:
-                continue
-            rendered = value if isinstance(value, str) else orjson.dumps(value).decode()
-            if len(rendered) > 60:
-                if ERROR_WORD.search(rendered, 0, SCAN_CHARS):
-                    yield f"{key}={shorten(rendered, 100)}" if key else shorten(rendered, 100)
-            elif fact_key[key] or any(ch.isdigit() for ch in rendered):
-                yield f"{key}={rendered}" if key else rendered
-        else:
-            stack.pop()
