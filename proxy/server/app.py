@@ -22,6 +22,7 @@ from starlette.responses import Response
 from proxy import __version__
 from proxy.errors import ErrorShape, ProxyError, error_response
 from proxy.formats import FormatRoute, Passthrough, RouteTable
+from proxy.gateway.routes import Gateway
 from proxy.metrics import Metrics
 from proxy.server.collector import tune_collector
 from proxy.server.dry_run import dry_run, dry_run_for
@@ -52,6 +53,7 @@ def create_app(
     table, metrics = routes or RouteTable(), Metrics()
     parts = Parts.wire(settings, transport or build_transport(settings), metrics, table)
     pipeline = Pipeline(parts)
+    gateway = Gateway.wire(pipeline)  # Headroom's contract: /v1/compress, /v1/retrieve
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -64,6 +66,7 @@ def create_app(
         try:
             yield
         finally:
+            await gateway.aclose()
             await parts.aclose(transport=transport is None)
 
     app = FastAPI(title="compacting-proxy", version=__version__, lifespan=lifespan)
@@ -86,6 +89,7 @@ def create_app(
     app.add_api_route(
         "/compact/{path:path}", dry_run_for(pipeline), methods=["POST"], include_in_schema=False
     )
+    gateway.add_routes(app)
     for route in table.routes:
         app.add_api_route(
             route.path, compacting(pipeline, route), methods=["POST"], include_in_schema=route.documented

@@ -28,6 +28,7 @@ from proxy.engine.plan import ChatPlan
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
 from proxy.formats import Conversation, FormatRoute, WireFormat
+from proxy.gateway.audit import audit, audits
 from proxy.server.flight import Flight
 from proxy.server.intake import (
     check_messages,
@@ -90,7 +91,10 @@ class Pipeline:
         if conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(flight))
         flight.way = direct_way(flight, original)
-        plan = flight.plan = await self.summarise(flight, await self.plan(flight))
+        plan = await self.plan(flight)
+        if audits(self.parts.settings, request):  # sent as it came, what it would cut reported
+            flight.way, plan = audit(flight.way, plan, conversation)
+        plan = flight.plan = await self.summarise(flight, plan)
         flight.record = self.parts.records.add(
             request.scope["headers"], route.format.name, conversation, plan
         )

@@ -31,6 +31,7 @@ RANKS = {
     "proxy.upstream": 6,
     "proxy.bridges": 7,
     "proxy.server": 8,
+    "proxy.gateway": 8,  # the gateway contract runs the server's pipeline, and the server runs its audit
     "proxy.cli": 9,
     "proxy.run": 9,
     "proxy.demo": 9,
