@@ -21,7 +21,7 @@ from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.gateway.contract import AUDIT_HEADER
 from proxy.settings import Settings
-from proxy.upstream.way import Answer, Body, Headers, Way
+from proxy.ways.base import Answer, Body, Headers, Way
 
 
 def audits(settings: Settings, request: Request) -> bool:

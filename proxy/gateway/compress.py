@@ -22,6 +22,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.bodies.jsonbody import dump_json, parse_json_object
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.plan import ChatPlan
 from proxy.errors import ProxyError
@@ -41,7 +42,6 @@ from proxy.gateway.rows import Written, write_rows
 from proxy.gateway.view import View, decided, with_stand_ins
 from proxy.server.dry_run import plan_for
 from proxy.server.intake import read_json_body
-from proxy.server.jsonbody import dump_json, parse_json_object
 from proxy.server.pipeline import Pipeline
 
 log = logging.getLogger("proxy.gateway")

@@ -13,11 +13,11 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.bodies.jsonbody import parse_json_object
 from proxy.errors import ProxyError
 from proxy.gateway.counters import GatewayCounters
 from proxy.gateway.originals import Originals, scope_of
 from proxy.server.intake import read_json_body
-from proxy.server.jsonbody import parse_json_object
 
 ID = re.compile(r"[a-f0-9]{12,24}")
 
