@@ -46,18 +46,22 @@ from proxy.server.pipeline import Pipeline
 
 log = logging.getLogger("proxy.gateway")
 
-FIT_ATTEMPTS = 4  # plans for a smaller window until the stubs fit too
+FIT_ATTEMPTS = 5  # plans for a smaller window until the stubs fit too
 WINDOW_STEP = 64  # a smaller window is a whole number of these: the same input, the same plans
 
 
 @dataclass(frozen=True, slots=True)
 class Fitted:
-    """The plan whose rows fit, the rows, and the caller's messages counted before and after."""
+    """The plan whose rows fit, the rows, the caller's messages counted before and after, and the
+    line they had to fit (the caller's window's, or its target)."""
 
     plan: ChatPlan
     written: Written
     before: int
     after: int
+    window: int = 0
+    ceiling: int = 0
+    fits: bool = True
 
 
 class Compressor:
@@ -115,7 +119,7 @@ class Compressor:
             hashes=list(written.originals),
             skipped="over_window" if plan.result.over_window else None,
         )
-        out.update(window=plan.window.window, limit=plan.budget.limit, fits=not plan.result.over_window)
+        out.update(window=fitted.window, limit=fitted.ceiling, fits=fitted.fits)
         return out
 
     @property
@@ -139,15 +143,18 @@ class Compressor:
         if call.target and not window:
             window = math.ceil(call.target / model.threshold)
         fitted: Fitted | None = None
+        asked, ceiling = 0, 0
         for _ in range(FIT_ATTEMPTS):
             conversation = replace(view.conversation, window=window) if window else view.conversation
             plan = await plan_for(self.pipeline, request, route, body, conversation)
+            if not ceiling:  # the line of the window asked for stays the line
+                asked, ceiling = plan.window.window, min(plan.budget.limit, call.target or plan.budget.limit)
             fitted = self._written(plan, view, call, keep)
-            ceiling = min(plan.budget.limit, call.target or plan.budget.limit)
             over = fitted.after + self._stand_ins(plan, view) - ceiling
+            fitted = replace(fitted, window=asked, ceiling=ceiling, fits=over <= 0)
             if over <= 0 or plan.result.over_window:
                 break
-            step = math.ceil(over / model.threshold) + WINDOW_STEP
+            step = math.ceil(1.5 * over / model.threshold) + WINDOW_STEP  # more stubs come with it
             window = max(WINDOW_STEP, (plan.window.window - step) // WINDOW_STEP * WINDOW_STEP)
         assert fitted is not None
         return fitted
@@ -202,7 +209,8 @@ def _audit(fitted: Fitted) -> dict[str, Any]:
         "truncated": len(result.truncated),
         "capped": len(result.capped),
         "dropped": len(result.dropped),
-        "window": fitted.plan.window.window,
+        "window": fitted.window,
+        "fits": fitted.fits,
     }
 
 

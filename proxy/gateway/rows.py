@@ -26,7 +26,7 @@ from proxy.gateway.contract import ANTHROPIC
 from proxy.gateway.view import Decided
 
 Message = dict[str, Any]
-STUB = "[dropped to fit the context window]"
+STUB = ""  # the other messages of a dropped run: empty, in their role (the first one says why)
 HASH_CHARS = 24  # what LiteLLM's guardrail and Headroom's markers read: 12 to 24 hex digits
 
 
@@ -71,7 +71,7 @@ def write_rows(
                 rewrite(written.messages, part, functools.partial(_noted, note=note))
         elif index in made.dropped:
             text = STUB
-            if index in first:
+            if index in first:  # the run's first message says what went, and where it is kept
                 members, words = first[index]
                 run = [o for m in members for o in _originals(messages, _parts_of(sources, m))]
                 text = words + written.keep(run, keep)
