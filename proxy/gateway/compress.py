@@ -39,7 +39,7 @@ from proxy.gateway.counters import GatewayCounters
 from proxy.gateway.originals import Originals, scope_of
 from proxy.gateway.retrieve import credential
 from proxy.gateway.rows import Written, write_rows
-from proxy.gateway.view import View, decided, with_stand_ins
+from proxy.gateway.view import Decided, View, decided, with_stand_ins
 from proxy.server.dry_run import plan_for
 from proxy.server.intake import read_json_body
 from proxy.server.pipeline import Pipeline
@@ -57,6 +57,7 @@ class Fitted:
 
     plan: ChatPlan
     written: Written
+    made: Decided
     before: int
     after: int
     window: int = 0
@@ -115,7 +116,7 @@ class Compressor:
             written.messages,
             fitted.before,
             fitted.after,
-            transforms=_transforms(plan),
+            transforms=_transforms(fitted),
             hashes=list(written.originals),
             skipped="over_window" if plan.result.over_window else None,
         )
@@ -142,22 +143,26 @@ class Compressor:
         window = call.window
         if call.target and not window:
             window = math.ceil(call.target / model.threshold)
-        fitted: Fitted | None = None
-        asked, ceiling = 0, 0
+        best: Fitted | None = None  # the attempt closest to the line, if none is within it
+        asked, ceiling, least = 0, 0, 0
         for _ in range(FIT_ATTEMPTS):
             conversation = replace(view.conversation, window=window) if window else view.conversation
             plan = await plan_for(self.pipeline, request, route, body, conversation)
             if not ceiling:  # the line of the window asked for stays the line
                 asked, ceiling = plan.window.window, min(plan.budget.limit, call.target or plan.budget.limit)
+            if best is not None and plan.result.over_window:  # nothing smaller can be made
+                break
             fitted = self._written(plan, view, call, keep)
             over = fitted.after + self._stand_ins(plan, view) - ceiling
             fitted = replace(fitted, window=asked, ceiling=ceiling, fits=over <= 0)
+            if best is None or over < least:
+                best, least = fitted, over
             if over <= 0 or plan.result.over_window:
                 break
             step = math.ceil(1.5 * over / model.threshold) + WINDOW_STEP  # more stubs come with it
             window = max(WINDOW_STEP, (plan.window.window - step) // WINDOW_STEP * WINDOW_STEP)
-        assert fitted is not None
-        return fitted
+        assert best is not None
+        return best
 
     def _written(self, plan: ChatPlan, view: View, call: CompressRequest, keep: bool) -> Fitted:
         made = decided(view, plan.result)
@@ -169,7 +174,7 @@ class Compressor:
         after = route.format.read({**call.body(), "messages": written.messages}, {})
         assert after is not None
         before = _count(counter, source.request)
-        fitted = Fitted(plan, written, before, _count(counter, after.request))
+        fitted = Fitted(plan, written, made, before, _count(counter, after.request))
         result = replace(plan.result, tokens_before=before, tokens_after=fitted.after)
         return replace(fitted, plan=replace(plan, result=result))
 
@@ -192,23 +197,20 @@ def _count(counter: RequestCounter, request: dict[str, Any]) -> int:
     return counter.fixed(request) + sum(counter.message(m) for m in request["messages"])
 
 
-def _transforms(plan: ChatPlan) -> list[str]:
-    result = plan.result
-    named = (("tool_result_notes", result.truncated), ("tool_result_caps", result.capped))
-    out = [f"{name}:{len(items)}" for name, items in named if items]
-    if result.dropped:
-        out.append(f"dropped_messages:{len(result.dropped)}")
-    return out
+def _transforms(fitted: Fitted) -> list[str]:
+    """What was done, in the caller's messages (stand-ins not counted): results noted or capped,
+    messages dropped (stubbed)."""
+    made = fitted.made
+    named = (("tool_result_notes", len(made.notes)), ("dropped_messages", len(made.dropped)))
+    return [f"{name}:{count}" for name, count in named if count]
 
 
 def _audit(fitted: Fitted) -> dict[str, Any]:
-    result = fitted.plan.result
     return {
         "tokens_after": fitted.after,
         "tokens_saved": max(0, fitted.before - fitted.after),
-        "truncated": len(result.truncated),
-        "capped": len(result.capped),
-        "dropped": len(result.dropped),
+        "noted": len(fitted.made.notes),
+        "dropped": len(fitted.made.dropped),
         "window": fitted.window,
         "fits": fitted.fits,
     }

@@ -2,10 +2,11 @@
 
 A gateway does not always send the whole conversation: LiteLLM's `headroom` guardrail (1.108.7)
 holds back the system prompt, every assistant message and the latest turn, and sends the rest, so
-tool results arrive without the assistant message that called them. The engine pairs a tool result
-with its call to know what an exchange is; a result without one is never cut. `with_stand_ins`
-puts a stand-in call before each such run of results (counted, so the withheld calls are not free,
-and never returned), and `Decided` reads the engine's result back in terms of the messages given.
+tool results arrive without the assistant message that called them, and often without any user
+request. The engine pairs a tool result with its call, and an exchange with the request it answers,
+to know what it may cut. `with_stand_ins` puts a stand-in call before each result no call announced
+and a stand-in request where none came (counted, so what was withheld is not free, and never
+returned), and `Decided` reads the engine's result back in terms of the messages given.
 
 Pure: dicts in, dicts out.
 """
@@ -16,11 +17,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.engine.compaction import CompactionResult
+from proxy.engine.index import LEADING_ROLES
 from proxy.formats import Conversation
 from proxy.formats.base import Part, decisions
 
 Message = dict[str, Any]
 STAND_IN_TOOL = "tool"  # the name of a stand-in call (the withheld call's own is unknown)
+# Where no user request came (held back as the latest turn), one stands in for it: the engine keeps
+# the request a history answers, and cuts the exchanges after it one by one.
+STAND_IN_REQUEST: Message = {"role": "user", "content": "(the request, held back by the gateway)"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,11 @@ def with_stand_ins(conversation: Conversation) -> View:
         out.append(message)
         origin.append(i)
         sources.append(conversation.sources[i] if conversation.sources else (Part(i),))
+    if not any(m.get("role") == "user" for m in messages):  # the request was held back too
+        lead = next((k for k, m in enumerate(out) if m.get("role") not in LEADING_ROLES), len(out))
+        out.insert(lead, STAND_IN_REQUEST)
+        origin.insert(lead, None)
+        sources.insert(lead, ())
     if len(out) == len(messages):
         return View(conversation, tuple(range(len(messages))))
     request = {**conversation.request, "messages": out}

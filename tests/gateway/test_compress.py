@@ -136,7 +136,7 @@ async def test_audit_returns_them_untouched_with_what_would_be_cut(asked: str) -
     assert out["messages"] == chat
     assert out["tokens_after"] == out["tokens_before"] and out["tokens_saved"] == 0
     would = out["audit"]
-    assert would["tokens_after"] < out["tokens_before"] and would["dropped"] + would["truncated"] > 0
+    assert would["tokens_after"] < out["tokens_before"] and would["dropped"] + would["noted"] > 0
 
 
 async def test_an_internal_failure_fails_open_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,3 +191,13 @@ async def test_metrics_count_every_call_by_outcome() -> None:
     for outcome in ("compressed", "unchanged", "bypass", "invalid"):
         assert f'compacting_proxy_compress_calls_total{{outcome="{outcome}"}} 1.0' in text
     assert 'compacting_proxy_requests_total{route="compress",status="200"} 3.0' in text
+
+
+async def test_the_live_page_shows_each_call() -> None:
+    chat = chat_over(4096)
+    async with proxy_client(RecordingUpstream()) as client:
+        await client.post("/v1/compress", json={"model": "m", "messages": chat, "window": 4096})
+        listed = (await client.get("/ui/conversations")).json()
+    (conversation,) = listed["conversations"]
+    assert conversation["format"] == "compress" and conversation["last"]["window"] == 4096
+    assert conversation["last"]["after"] < conversation["last"]["before"]
