@@ -49,8 +49,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.bench_notes import DEFAULT_REAL, load_real
-from benchmarks.bench_server_cache import _as_sent
+from benchmarks.bench_server_cache import real_trajectories
 from benchmarks.bench_trajectories import assistant_text, facts_of, text_of
 from proxy.counting.tokens import RequestCounter
 from proxy.upstream.counters import text_counter
@@ -92,22 +91,9 @@ def tokens(messages: list[Message]) -> int:
     return sum(COUNT(m) for m in messages)
 
 
-def trajectories(count: int) -> list[tuple[str, list[Message], list[int]]]:
-    """Each agent's `count` longest trajectories: the messages as sent, and where each call begins."""
-    out = []
-    for agent in ("mini-swe-agent", "swe-agent"):
-        directory = DEFAULT_REAL / agent
-        if not directory.is_dir():
-            print(f"no real {agent} trajectories under {directory}: skipped", file=sys.stderr)
-            continue
-        found = load_real(directory, 1000)
-        found.sort(key=lambda t: -sum(m["role"] == "assistant" for m in t))
-        for messages in found[:count]:
-            messages = [_as_sent(m) for m in messages]
-            first = next((i for i, m in enumerate(messages) if m["role"] == "user"), len(messages))
-            ends = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > first]
-            out.append((f"{agent}, {len(ends)} calls", messages, ends))
-    return out
+def trajectories(count: int) -> list[tuple[str, list[list[Message]]]]:
+    """Each agent's `count` longest trajectories: the history it sent for each model call."""
+    return list(real_trajectories(count, shrink=1))
 
 
 Compress = Callable[[list[Message], int], tuple[list[Message] | None, bool, float]]
@@ -138,13 +124,11 @@ def used_next(history: list[Message], reply: Message) -> set[str]:
     return facts
 
 
-def measure(
-    compress: Compress, tally: Tally, messages: list[Message], ends: list[int], k: int, window: int
-) -> None:
-    """Requests k and k+1 of a trajectory through `compress`, into `tally`."""
+def measure(compress: Compress, tally: Tally, requests: list[list[Message]], k: int, window: int) -> None:
+    """Requests k and k+1 of a trajectory through `compress`, into `tally` (the agent's reply to a
+    request is where the next request goes on)."""
     sent = []
-    for end in (ends[k], ends[k + 1]):
-        history = messages[:end]
+    for history, following in ((requests[k], requests[k + 1]), (requests[k + 1], requests[k + 2])):
         out, refused, seconds = compress(history, window)
         before = tokens(history)
         tally.requests += 1
@@ -155,7 +139,7 @@ def measure(
         tally.over += after > window
         tally.sent += before
         tally.saved += before - after
-        used = used_next(history, messages[end])
+        used = used_next(history, following[len(history)])
         text = json.dumps(out)
         tally.used += len(used)
         tally.kept += sum(1 for f in used if f in text)
@@ -165,12 +149,12 @@ def measure(
     tally.reused += tokens(sent[0][:shared])
 
 
-def pairs_of(ends: list[int], count: int) -> list[int]:
-    """`count` call indices k (each with k+1), spread over the second half of the calls."""
-    last = len(ends) - 2
-    start = last // 2
+def pairs_of(calls: int, count: int) -> list[int]:
+    """`count` request indices k (each with k+1, and k+2 for its reply), spread over the second half."""
+    last = calls - 3
     if last < 1:
         return []
+    start = last // 2
     step = max(1, (last - start) // max(1, count))
     return list(range(start, last + 1, step))[:count]
 
@@ -192,14 +176,14 @@ def run(headroom: Path | None, windows: list[int], per_agent: int, pairs: int) -
         systems = {"Headroom 0.42": headroom_compressor(stack, headroom)} if headroom else {}
         proxy = stack.enter_context(running_proxy(NOWHERE, 8192, upstream_kind="openai"))
         systems["compacting-proxy"] = compressor(f"{proxy.base_url}/v1/compress", "window")
-        for name, messages, ends in found:
+        for name, requests in found:
             print(f"{name}: {pairs} pairs", file=sys.stderr)
             for window in windows:
                 for system, compress in systems.items():
                     tally = rows.setdefault((system, window), Tally())
-                    for k in pairs_of(ends, pairs):
-                        measure(compress, tally, messages, ends, k, window)
-    print(f"{len(found)} trajectories ({', '.join(n for n, _, _ in found)}), load {os.getloadavg()[0]:.1f}")
+                    for k in pairs_of(len(requests), pairs):
+                        measure(compress, tally, requests, k, window)
+    print(f"{len(found)} trajectories ({', '.join(n for n, _ in found)}), load {os.getloadavg()[0]:.1f}")
     print(
         "| system | window | requests | over the window | false refusals | facts kept | cache | saved | ms |"
     )

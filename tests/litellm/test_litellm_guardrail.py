@@ -24,7 +24,7 @@ import pytest
 
 from tests.support.conversations import agent_chat
 from tests.support.litellm_proxy import MASTER_KEY, LiteLLM, config, running_litellm
-from tests.support.loops import SYSTEM, source, step
+from tests.support.loops import READ_FILE_TOOLS, SYSTEM, source, step
 from tests.support.processes import free_port, running
 from tests.support.upstreams.llama import LlamaServer, count_prompt_tokens, running_llama_server
 from tests.support.upstreams.proxy_server import running_proxy
@@ -37,20 +37,7 @@ STEPS = 36
 # The room of the rows LiteLLM sends: the window less what it holds back (the system prompt, the
 # assistant calls, the latest turn and the reply) with room to spare.
 HISTORY_WINDOW = 5120
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file, numbered like cat -n.",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"],
-            },
-        },
-    }
-]
+TOOLS = READ_FILE_TOOLS
 AUTH = {"authorization": f"Bearer {MASTER_KEY}"}
 
 
