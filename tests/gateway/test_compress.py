@@ -48,6 +48,16 @@ def paired_chat(rows: list[Message]) -> None:
             assert row["tool_call_id"] in calls, row
 
 
+def never_empty(rows: list[Message]) -> None:
+    """No message or text block comes back empty (Anthropic's API refuses one; stubs are "…")."""
+    for row in rows:
+        content = row.get("content")
+        if isinstance(content, list):
+            assert all(b.get("text") != "" for b in content if b.get("type") == "text"), row
+        else:
+            assert content != "" or row.get("tool_calls"), row
+
+
 def paired_anthropic(rows: list[Message]) -> None:
     uses: set[str] = set()
     for row in rows:
@@ -69,6 +79,7 @@ async def test_a_chat_completions_history_comes_back_fitting_row_for_row(window:
     assert [r["role"] for r in rows] == [m["role"] for m in chat]
     assert rows[0] == chat[0] and rows[-1] == chat[-1]  # the system prompt, the latest request
     paired_chat(rows)
+    never_empty(rows)
     assert out["window"] == window and out["fits"] is True
     assert out["tokens_after"] <= out["limit"] < out["tokens_before"]
     assert out["tokens_saved"] == out["tokens_before"] - out["tokens_after"]
@@ -89,6 +100,7 @@ async def test_an_anthropic_history_comes_back_fitting_block_for_block(window: i
     assert [r["role"] for r in rows] == [m["role"] for m in messages]
     assert rows[0] == messages[0] and rows[-1] == messages[-1]
     paired_anthropic(rows)
+    never_empty(rows)
     assert out["fits"] is True and out["tokens_after"] <= out["limit"] < out["tokens_before"]
     assert "system" not in out  # counted, never returned
     assert (await compress(body)).content == response.content
