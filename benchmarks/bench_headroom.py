@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -207,6 +208,7 @@ def main() -> None:
         print(f"{missing}; the proxy's side alone", file=sys.stderr)
         headroom = None
     windows = [int(w) for w in args.windows.split(",")]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers it started, too
     run(headroom, windows, 1 if args.quick else 2, 3 if args.quick else args.pairs)
 
 
