@@ -195,7 +195,7 @@ def run(headroom: Path | None, windows: list[int], per_agent: int, pairs: int) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one trajectory per agent, 3 pairs each")
+    parser.add_argument("--quick", action="store_true", help="one trajectory per agent, 2 pairs, at 8,192")
     parser.add_argument("--headroom", type=Path, default=HEADROOM, help="Headroom's `headroom` command")
     parser.add_argument("--windows", default="8192,16384,32768")
     parser.add_argument("--pairs", type=int, default=8)
@@ -207,9 +207,9 @@ def main() -> None:
             sys.exit(missing)
         print(f"{missing}; the proxy's side alone", file=sys.stderr)
         headroom = None
-    windows = [int(w) for w in args.windows.split(",")]
+    windows = [8192] if args.quick else [int(w) for w in args.windows.split(",")]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers it started, too
-    run(headroom, windows, 1 if args.quick else 2, 3 if args.quick else args.pairs)
+    run(headroom, windows, 1 if args.quick else 2, 2 if args.quick else args.pairs)
 
 
 if __name__ == "__main__":
