@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     # Gemini API requests: to a Gemini-speaking upstream as they are, or bridged to its Chat
     # Completions; `auto`: native for Google's generativelanguage API, else the bridge.
     gemini_upstream: Literal["auto", "native", "chat"] = "auto"
+    # The model every bridged Gemini API request asks the upstream for, whatever its path names
+    # (Gemini CLI's own side calls name Google's models); unset: the path's.
+    gemini_model: str | None = None
 
     window: PositiveInt | Literal["auto"] = "auto"
     fallback_window: int = Field(default=8192, gt=0)
