@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support.conversations import agent_chat
 from tests.support.fakes import RecordingUpstream, proxy_client
@@ -213,3 +215,38 @@ async def test_the_live_page_shows_each_call() -> None:
     (conversation,) = listed["conversations"]
     assert conversation["format"] == "compress" and conversation["last"]["window"] == 4096
     assert conversation["last"]["after"] < conversation["last"]["before"]
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None)
+@given(
+    turns=st.integers(1, 30),
+    seed=st.integers(0, 10_000),
+    window=st.sampled_from([4096, 8192, 16384]),
+    anthropic=st.booleans(),
+    subset=st.booleans(),
+)
+async def test_any_history_comes_back_row_for_row_paired_and_fitting(
+    turns: int, seed: int, window: int, anthropic: bool, subset: bool
+) -> None:
+    """Whatever the history (whole, or only the rows LiteLLM sends), its size and the window, up to
+    about 150 messages: past that, at 4,096, one stub a message passes the line by itself (Limits)."""
+    chat = [*agent_chat(turns, seed=seed, result_items=30), {"role": "user", "content": "And now?"}]
+    if subset:
+        chat = [m for m in chat if m["role"] not in ("system", "assistant")][:-1] or chat[1:2]
+    body: dict[str, Any] = {"model": "m", "messages": chat, "window": window}
+    if anthropic and not subset:
+        system, messages = as_anthropic(chat)
+        body = {"model": "m", "system": system, "messages": messages, "window": window}
+    first = await compress(body)
+    out = first.json()
+    rows, sent = out["messages"], body["messages"]
+    assert [r["role"] for r in rows] == [m["role"] for m in sent]
+    assert [r.get("tool_call_id") for r in rows] == [m.get("tool_call_id") for m in sent]
+    if sent[-1]["role"] == "user" and not subset:
+        assert rows[-1] == sent[-1]  # the latest request (in a subset, LiteLLM holds it back)
+    if not subset:
+        (paired_anthropic if "system" in body else paired_chat)(rows)
+    never_empty(rows)
+    assert out["fits"] is True and out["tokens_after"] <= out["limit"]
+    assert (await compress(body)).content == first.content
