@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.support.conversations import agent_chat
@@ -226,6 +226,9 @@ async def test_the_live_page_shows_each_call() -> None:
     anthropic=st.booleans(),
     subset=st.booleans(),
 )
+@example(turns=30, seed=0, window=4096, anthropic=True, subset=False)  # the floor's edge, whole
+@example(turns=30, seed=1, window=4096, anthropic=False, subset=True)  # and as LiteLLM sends it
+@example(turns=3, seed=0, window=4096, anthropic=False, subset=True)  # its last row a tool result
 async def test_any_history_comes_back_row_for_row_paired_and_fitting(
     turns: int, seed: int, window: int, anthropic: bool, subset: bool
 ) -> None:
