@@ -22,7 +22,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.bodies.jsonbody import dump_json, parse_json_object
+from proxy.bodies.jsonbody import dump_json
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.plan import ChatPlan
 from proxy.errors import ProxyError
@@ -75,7 +75,7 @@ class Compressor:
     async def __call__(self, request: Request) -> Response:
         try:
             raw = await read_json_body(request, self.settings.max_body_bytes)
-            call = read_request(parse_json_object(raw))
+            call = read_request(await self.pipeline.parts.bodies.parse(raw))  # a large one off the loop
         except ProxyError as exc:
             self.counters.compress.labels("invalid").inc()
             return _error(exc)
@@ -83,7 +83,7 @@ class Compressor:
             self.counters.compress.labels("bypass").inc()
             return _json(answer(call.messages, 0, 0))
         try:
-            return _json(await self.compress(request, call))
+            return _json(await self.compress(request, call, raw))
         except ProxyError as exc:  # messages the engine cannot read: the caller's to fix
             self.counters.compress.labels("invalid").inc()
             return _error(exc)
@@ -92,7 +92,8 @@ class Compressor:
             self.counters.compress.labels("failed_open").inc()
             return _json(answer(call.messages, 0, 0, skipped=f"internal_error: {type(exc).__name__}"))
 
-    async def compress(self, request: Request, call: CompressRequest) -> dict[str, Any]:
+    async def compress(self, request: Request, call: CompressRequest, raw: bytes = b"") -> dict[str, Any]:
+        """The answer to `call` (its body's bytes: `raw`, which say whether it is large)."""
         route = self.pipeline.parts.routes.for_format(call.format)
         assert route is not None  # `chat` and `messages` are the proxy's own formats
         body, _, conversation = self.pipeline.adapt(route.format, call.body(), b"", {})
@@ -101,7 +102,8 @@ class Compressor:
             return answer(call.messages, 0, 0, skipped="server_manages_context")
         view = with_stand_ins(conversation)
         auditing = self.settings.audit or _flag(request, AUDIT_HEADER)
-        fitted = await self.fit(request, route, body, view, call, keep=not auditing and self._keeps)
+        keep = not auditing and self._keeps
+        fitted = await self.fit(request, route, body, view, call, keep=keep, raw=raw)
         plan, written = fitted.plan, fitted.written
         self.pipeline.parts.metrics.record_compaction(plan.result)
         self.pipeline.parts.records.add(request.scope["headers"], "compress", view.conversation, plan)
@@ -136,6 +138,7 @@ class Compressor:
         call: CompressRequest,
         *,
         keep: bool,
+        raw: bytes = b"",
     ) -> Fitted:
         """The plan whose rows, stubs and notes included, fit its line (and the caller's target):
         planned again for a smaller window while they do not."""
@@ -152,7 +155,8 @@ class Compressor:
                 asked, ceiling = plan.window.window, min(plan.budget.limit, call.target or plan.budget.limit)
             if best is not None and plan.result.over_window:  # nothing smaller can be made
                 break
-            fitted = self._written(plan, view, call, keep)
+            # Writing and counting the rows of a large body in a worker thread, as its plan is.
+            fitted = await self.pipeline.parts.bodies.run(raw, self._written, plan, view, call, keep)
             over = fitted.after + self._stand_ins(plan, view) - ceiling
             fitted = replace(fitted, window=asked, ceiling=ceiling, fits=over <= 0)
             if best is None or over < least:
