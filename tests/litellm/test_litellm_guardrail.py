@@ -53,6 +53,7 @@ def chat(litellm: LiteLLM, body: dict[str, Any], headers: dict[str, str] | None 
     )
 
 
+@pytest.mark.timeout(600)  # LiteLLM's start (20-40 s) and 37 calls through it, on a shared machine
 def test_a_long_agent_loop_through_litellm_stays_inside_8k(llama: LlamaServer) -> None:
     upstream = f"{llama.base_url}/v1"
     settings = {"tokenizer": "upstream", "model_windows": f"tiny-history={HISTORY_WINDOW}"}
@@ -90,6 +91,7 @@ def test_a_long_agent_loop_through_litellm_stays_inside_8k(llama: LlamaServer) -
     assert compressed and float(compressed.group(1)) >= STEPS // 2
 
 
+@pytest.mark.timeout(300)
 def test_litellm_s_retrieval_loop_redeems_an_id() -> None:
     port = free_port()
     model = [sys.executable, "-m", "tests.support.upstreams.retrieving_model", "--port", str(port)]
