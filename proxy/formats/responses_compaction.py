@@ -12,12 +12,14 @@ type) and Codex stops.
 In front of any other server the proxy answers the trigger itself: the history before it is compacted
 by the proxy's own engine for a window half its size (notes, drops, user messages kept), and the item
 stands for what Codex does not keep of it (everything but its user, developer and system messages),
-sealed: `cp1.<payload>.<mac>`, the payload the items' JSON compressed with zlib, base64url, and the
-mac an HMAC-SHA256 of the payload under the proxy's key (`COMPACT_COMPACTION_KEY`). A later request
-carrying the item gets it expanded back into those items, in its place, before the server sees it:
-stateless, so any replica with the same key can expand it. The content is readable (it holds the
-client's own history) but cannot be forged: an item whose mac does not match is refused (400), and
-one that is not the proxy's (no `cp1.` prefix: OpenAI's) is forwarded as it came.
+sealed: `cp2.<payload>.<mac>`, the payload the items' JSON compressed with zlib, base64url, and the
+mac an HMAC-SHA256 under the proxy's key (`COMPACT_COMPACTION_KEY`) of the payload and of a digest of
+the credentials of the client that asked for it (its owner; the digest is in no item). A later
+request carrying the item gets it expanded back into those items, in its place, before the server
+sees it: stateless, so any replica with the same key can expand it. The content is readable (it
+holds the client's own history) but cannot be forged nor carried by another client: an item whose
+mac does not match, for this request's credentials, is refused (400), as is an item of the first
+version (`cp1.`, bound to no client); one that is not the proxy's (OpenAI's) is forwarded as it came.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from proxy.engine.plan import Body
 from proxy.errors import ProxyError
 
 TRIGGER = "compaction_trigger"
-PREFIX = "cp1."
+PREFIX = "cp2."
+RETIRED = ("cp1.",)  # the proxy's items of an earlier version: refused, never forwarded
 KEPT_ROLES = frozenset({"user", "developer", "system"})  # what Codex keeps itself (is_retained_for_...)
 
 
@@ -62,16 +65,19 @@ def left_to_the_item(original: list[Any], compacted: list[Any]) -> list[Any]:
     ]
 
 
-def seal(items: list[Any], key: bytes) -> str:
+def seal(items: list[Any], key: bytes, owner: bytes) -> str:
+    """`items` sealed for the client whose credentials' digest is `owner`."""
     payload = base64.urlsafe_b64encode(zlib.compress(orjson.dumps(items), 6)).rstrip(b"=")
-    return PREFIX + payload.decode() + "." + _mac(payload, key)
+    return PREFIX + payload.decode() + "." + _mac(payload, key, owner)
 
 
-def unseal(content: str, key: bytes, limit: int) -> list[Any]:
-    """The items a sealed `content` stands for; `ProxyError` (400) if its mac does not match or
-    it does not unpack into a list of items within `limit` bytes."""
+def unseal(content: str, key: bytes, owner: bytes, limit: int) -> list[Any]:
+    """The items a sealed `content` stands for; `ProxyError` (400) if its mac does not match (for
+    `owner`, the digest of this request's credentials) or it does not unpack into a list of items
+    within `limit` bytes."""
     payload, _, mac = content[len(PREFIX) :].rpartition(".")
-    if not payload or not hmac.compare_digest(mac, _mac(payload.encode(), key)):
+    valid = content.startswith(PREFIX) and bool(payload)
+    if not valid or not hmac.compare_digest(mac, _mac(payload.encode(), key, owner)):
         raise ProxyError(
             400,
             "A compaction item's content was not made by this proxy (its signature does not match): "
@@ -91,15 +97,15 @@ def unseal(content: str, key: bytes, limit: int) -> list[Any]:
     return items
 
 
-def expand(body: Body, key: bytes, limit: int) -> Body:
-    """`body` with each of the proxy's compaction items replaced by the items it stands for;
-    `body` itself when it carries none."""
+def expand(body: Body, key: bytes, owner: bytes, limit: int) -> Body:
+    """`body` with each of the proxy's compaction items replaced by the items it stands for (sealed
+    for `owner`); `body` itself when it carries none."""
     items = body.get("input")
     if not isinstance(items, list) or not any(_ours(i) for i in items):
         return body
     expanded: list[Any] = []
     for item in items:
-        expanded.extend(unseal(item["encrypted_content"], key, limit) if _ours(item) else [item])
+        expanded.extend(unseal(item["encrypted_content"], key, owner, limit) if _ours(item) else [item])
     return {**body, "input": expanded}
 
 
@@ -133,8 +139,8 @@ def compaction_answer(model: str, content: str, tokens_in: int, tokens_out: int,
     )
 
 
-def _mac(payload: bytes, key: bytes) -> str:
-    digest = hmac.new(key, payload, hashlib.sha256).digest()
+def _mac(payload: bytes, key: bytes, owner: bytes) -> str:
+    digest = hmac.new(key, owner + b"." + payload, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
@@ -142,7 +148,7 @@ def _ours(item: Any) -> bool:
     return (
         _type(item) == "compaction"
         and isinstance(content := item.get("encrypted_content"), str)
-        and content.startswith(PREFIX)
+        and content.startswith((PREFIX, *RETIRED))
     )
 
 

@@ -71,7 +71,7 @@ class Pipeline:
         flight = Flight.read(request, route, await self.read(request))
         body = await self.decode(flight.raw)
         if self.remote_compaction.applies(route):  # Codex's remote compaction, in the server's place
-            expand = self.remote_compaction.expand  # a large body's items walked off the loop
+            expand = self.remote_compaction.expander(request)  # a large body's items walked off the loop
             large = len(flight.raw) >= OFFLOAD_BYTES
             expanded = await self.parts.planner.in_thread(expand, body) if large else expand(body)
             if expanded is not body:

@@ -6,11 +6,14 @@ wire shapes and the seal): the step of the Responses route that comes before all
 seals the items is `COMPACT_COMPACTION_KEY`; without it each process draws a random one, so an item
 is expanded only by the process that made it: after a restart, or behind several workers or replicas
 that do not share the key, the next request carrying an older item is refused (400) and Codex must
-start a new session. Set the key wherever that matters.
+start a new session. Set the key wherever that matters. An item is bound to the credentials of the
+client that asked for it (`owner_of`): another client's request carrying it is refused as a forged
+one is, so one key's history (its tool output) never goes upstream in another key's request.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 from collections.abc import Callable
@@ -31,6 +34,7 @@ from proxy.formats.responses_compaction import (
 )
 from proxy.server.parts import Parts
 from proxy.settings import Settings
+from proxy.upstream.forwarding import CREDENTIAL_HEADERS
 
 # The pipeline's `adapt` step: the body, its bytes and its neutral conversation (None when the
 # server keeps this history itself).
@@ -59,9 +63,11 @@ class RemoteCompaction:
     def applies(self, route: FormatRoute) -> bool:
         return self.active and route.format.name == "responses"
 
-    def expand(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The request with the proxy's compaction items expanded (a forged one refused)."""
-        return expand(body, self.key, self.limit)
+    def expander(self, request: Request) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """What expands the proxy's compaction items of `request`'s body (a forged one, or another
+        client's, refused)."""
+        owner = owner_of(request)
+        return lambda body: expand(body, self.key, owner, self.limit)
 
     @staticmethod
     def is_trigger(body: dict[str, Any]) -> bool:
@@ -93,7 +99,19 @@ class RemoteCompaction:
         left = left_to_the_item(history["input"], items)
         streamed = wire.streamed(body)
         content = compaction_answer(
-            str(body.get("model") or ""), seal(left, self.key), before, after, streamed=streamed
+            str(body.get("model") or ""),
+            seal(left, self.key, owner_of(request)),
+            before,
+            after,
+            streamed=streamed,
         )
         media_type = "text/event-stream" if streamed else "application/json"
         return Response(content, media_type=media_type, headers={"x-compaction-remote": "answered"})
+
+
+def owner_of(request: Request) -> bytes:
+    """A digest of the credentials `request` carries (every key header, as sent): what a compaction
+    item is bound to. The proxy's key with `COMPACT_API_KEYS`, else the client's upstream key; a
+    client that sends none shares the empty digest with every other that sends none."""
+    sent = sorted((k.lower(), v) for k, v in request.headers.raw if k.lower() in CREDENTIAL_HEADERS)
+    return hashlib.sha256(b"\n".join(k + b":" + v for k, v in sent)).digest()
