@@ -8,20 +8,27 @@ of the same test (`tests/support/health.py`), and the proxy's RSS stays under 30
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.server.test_redteam_bodies import function_calls
 from tests.support.fakes import completion
 from tests.support.health import responsive_during
 from tests.support.hostile import Hostile, Proxy, ScriptedHandler, Seen, hostile_upstream, proxy_for
+from tests.support.processes import VENV_BIN, free_port, running
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 RSS_LIMIT_KB = 300 * 1024
+SHARED_MEMORY = "/dev/shm"  # where a huge body's files go (`body_files.py`)
 POSTER = httpx.Client(timeout=120, headers={"content-type": "application/json"})
 
 
@@ -76,3 +83,118 @@ def test_2_gemini_calls_without_ids_are_matched_without_freezing_the_proxy() -> 
     calls = [c["id"] for m in sent if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
     results = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
     assert len(calls) == 8_000 and results == calls  # each response answers its call, in order
+
+
+# --- 8: a huge body's files in /dev/shm, and the helper processes --------------------------------
+
+
+def body_files_now() -> set[str]:
+    """The names of the proxies' body files in the shared memory (other tests' proxies included)."""
+    return {name for name in os.listdir(SHARED_MEMORY) if name.startswith("compacting-proxy-")}
+
+
+def leftovers(before: set[str], settle: float = 10.0) -> set[str]:
+    """Files that appeared since `before` and are still there once `settle` seconds have passed
+    (another test's proxy beside this one removes its own within that time)."""
+    deadline = time.monotonic() + settle
+    while (left := body_files_now() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` (the fork server, the resource tracker, the pool's workers)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        with suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            parents[int(entry)] = int(stat.rpartition(")")[2].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    living = set()
+    for pid in pids:
+        with suppress(OSError):
+            if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                living.add(pid)
+    return living
+
+
+@contextmanager
+def limited_proxy(upstream_url: str, limits: str, **env: str) -> Iterator[Proxy]:
+    """The proxy started under `ulimit` `limits` (as a shell sets them), its log kept."""
+    port = free_port()
+    environment = {"COMPACT_UPSTREAM_URL": upstream_url, **env}
+    command = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--no-access-log"]
+    shell = ["bash", "-c", f'ulimit {limits} && exec "$@"', "bash", *command]
+    with running(shell, ready_url=f"http://127.0.0.1:{port}/healthz", env=environment) as process:
+        yield Proxy(process, f"http://127.0.0.1:{port}")
+
+
+HUGE = {"COMPACT_MAX_MESSAGES": "300000", "COMPACT_WINDOW": "16000000"}
+
+
+def responses_upstream(hostile: Hostile) -> None:
+    answer = {"id": "resp_1", "object": "response", "status": "completed", "output": []}
+    hostile.routes["/v1/responses"] = lambda h, s: h.json(200, answer)
+
+
+def post_quietly(url: str, content: bytes) -> None:
+    """A post whose connection the test breaks (the proxy killed under it)."""
+    with suppress(httpx.HTTPError):
+        post(url, content)
+
+
+def test_8_a_write_that_fails_half_way_leaves_no_file_and_the_body_is_served() -> None:
+    """A full /dev/shm, as a file-size limit of 4 MB makes every write past it fail (EFBIG where a
+    full tmpfs says ENOSPC): the 15 MB body's file cannot be written; it is parsed in the proxy
+    instead, and nothing is left behind."""
+    content = function_calls(100_000)
+    before = body_files_now()
+    with hostile_upstream() as hostile:
+        responses_upstream(hostile)
+        with limited_proxy(hostile.url, "-f 4096", **HUGE) as proxy:
+            response, _ = post(proxy.base_url + "/v1/responses", content)
+            assert response.status_code == 200, response.text[:300]
+            assert hostile.seen[-1].body == content
+            assert not leftovers(before), "a partial body file was left in the shared memory"
+
+
+def test_8_the_helpers_and_the_files_go_with_a_killed_proxy() -> None:
+    """`kill -9` of the proxy once the pool is idle, and again while a huge body is on its way to
+    a child: the fork server, the resource tracker and the workers exit, and the body's files are
+    removed (by the child, or by the next proxy's start)."""
+    content = function_calls(100_000)
+    with hostile_upstream() as hostile:
+        responses_upstream(hostile)
+        for moment in ("idle", "parsing"):
+            before = body_files_now()
+            with proxy_for(hostile.url, **HUGE) as proxy:
+                url = proxy.base_url + "/v1/responses"
+                if moment == "idle":
+                    assert post(url, content)[0].status_code == 200
+                else:
+                    threading.Thread(target=post_quietly, args=(url, content), daemon=True).start()
+                    deadline = time.monotonic() + 60
+                    while not body_files_now() - before and time.monotonic() < deadline:
+                        time.sleep(0.005)
+                helpers = descendants(proxy.process.pid)
+                assert helpers, "the fork server was not started"
+                proxy.process.kill()
+                proxy.process.wait()
+                deadline = time.monotonic() + 15
+                while alive(helpers) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                left = alive(helpers)
+                for pid in left:  # not to leave them to the next test
+                    os.kill(pid, signal.SIGKILL)
+                assert not left, f"{moment}: helpers outlived the proxy"
+            # What the child had not taken yet (killed between the proxy's write and the child's
+            # read) is removed by the next proxy's start at the latest.
+            with proxy_for(hostile.url):
+                assert not leftovers(before), f"{moment}: files outlived the proxy"
