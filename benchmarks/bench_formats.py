@@ -16,12 +16,12 @@ from typing import Any
 
 import orjson
 
+from proxy.bodies.jsonbody import dump_json, parse_json_object
 from proxy.counting.cache import LruCache
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.index import Policy
 from proxy.engine.plan import plan_chat
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
-from proxy.server.jsonbody import dump_json, parse_json_object
 from proxy.settings import ModelWindow
 from proxy.upstream.counters import text_counter
 from tests.support.conversations import agent_chat

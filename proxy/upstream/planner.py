@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from proxy.bodies.offload import Offloader
 from proxy.counting.cache import LruCache, ModelTable
 from proxy.counting.calibration import Calibrator
 from proxy.counting.modes import Counting, estimated
@@ -32,7 +33,6 @@ from proxy.metrics import Metrics
 from proxy.settings import ModelWindow, Settings
 from proxy.upstream.counters import LockedMemo, ModelTokenizers
 from proxy.upstream.drafts import Draft, Drafter, spec_of
-from proxy.upstream.offload import Offloader
 from proxy.upstream.overflow import Overflow
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
 from proxy.upstream.prompt_reports import PromptReports, Truncation, exact_key
@@ -194,7 +194,7 @@ class Planner:
 
     async def in_thread(self, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)` in a worker thread (a large request's parsing, reading or plan), the loop
-        kept responsive (`proxy.upstream.offload`)."""
+        kept responsive (`proxy.bodies.offload`)."""
         return await self.offloader.run(work, *args)
 
     def counter_for(self, plan: ChatPlan, factor: float | None = None) -> RequestCounter:

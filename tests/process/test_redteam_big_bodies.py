@@ -20,10 +20,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server.test_redteam_bodies import function_calls
 from tests.support.fakes import completion
 from tests.support.health import responsive_during
-from tests.support.hostile import Hostile, Proxy, ScriptedHandler, Seen, hostile_upstream, proxy_for
+from tests.support.hostile import (
+    Hostile,
+    Proxy,
+    ScriptedHandler,
+    Seen,
+    function_calls,
+    hostile_upstream,
+    proxy_for,
+)
 from tests.support.processes import VENV_BIN, free_port, running
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
