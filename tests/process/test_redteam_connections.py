@@ -11,7 +11,7 @@ import socket
 import statistics
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,3 +262,56 @@ def test_workers_each_have_their_own_connection_cap(stub: str) -> None:
             refused = sum(answer_of(sock, 1.0).startswith(b"HTTP/1.1 503 ") for sock in held)
             assert 20 <= refused <= 25, refused
             assert probe_latency(port, "/healthz")[0] == 200
+
+
+# --- issue 35, row 9: the connection cap within the process's descriptors --------------------------
+
+
+@contextmanager
+def proxy_under_ulimit(upstream_url: str, files: int, **env: str) -> Iterator[Proxy]:
+    """The proxy started as a shell with `ulimit -n files` starts it (soft and hard limit alike)."""
+    port = free_port()
+    command = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--no-access-log"]
+    shell = ["bash", "-c", f'ulimit -n {files} && exec "$@"', "bash", *command]
+    environment = {"COMPACT_UPSTREAM_URL": upstream_url, "COMPACT_WINDOW": "8192", **env}
+    with running(shell, ready_url=f"http://127.0.0.1:{port}/healthz", env=environment) as process:
+        yield Proxy(process, port)
+
+
+def settled(count: Callable[[], int], quiet: float = 1.5, timeout: float = 30) -> int:
+    """`count()` once it has not changed for `quiet` seconds (polled)."""
+    last, since, deadline = count(), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() - since < quiet and time.monotonic() < deadline:
+        time.sleep(0.2)
+        if (now := count()) != last:
+            last, since = now, time.monotonic()
+    return last
+
+
+@pytest.mark.slow
+def test_9_the_cap_fits_the_descriptors_and_the_overflow_gets_503(stub: str) -> None:
+    """`ulimit -n 1024` and 1,100 connections that send half a head and stall: the cap (1,000 by
+    default, plus the probe reserve, plus 512 pooled upstream connections) does not fit 1,024
+    descriptors, so the proxy sizes it from the limit at start-up; connections past it get 503 at
+    once, never a close without a word, and /healthz and a chat on a new connection are answered."""
+    stalled_count = 1_100
+    with proxy_under_ulimit(stub, 1024) as proxy:
+        port = port_of(proxy)
+        with sockets(port, stalled_count) as stalled:
+            for sock in stalled:
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: p\r\n")  # half a head
+            settled(lambda: sum(has_answer(sock) for sock in stalled))
+            answers = [answer_of(sock, 0.05) if has_answer(sock) else None for sock in stalled]
+            refused = [a for a in answers if a is not None]
+            assert refused, "every stalled connection was held: the cap did not move"
+            silent = [a for a in refused if not a.startswith(b"HTTP/1.1 503 ")]
+            assert not silent, f"{len(silent)} of {len(refused)} closed without a 503: {silent[:2]}"
+            assert probe_latency(port, "/healthz")[0] == 200
+            with socket.create_connection(("127.0.0.1", port)) as chat:
+                chat.sendall(chat_head() + CHAT)
+                assert answer_of(chat, 5).startswith(b"HTTP/1.1 503 ")
+            log = Path(proxy.process.log_path).read_text()  # type: ignore[attr-defined]
+            assert "out of system resource" not in log and "Too many open files" not in log, log[-2000:]
+            assert "COMPACT_MAX_CLIENT_CONNECTIONS lowered from 1000 to 440" in log, log[-2000:]
+        reply = httpx.post(proxy.base_url + "/v1/chat/completions", content=CHAT, timeout=10)
+        assert reply.status_code == 200, reply.text
