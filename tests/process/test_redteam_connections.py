@@ -19,6 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.fakes import completion
+from tests.support.hostile import hostile_upstream
+from tests.support.hostile import proxy_for as hostile_proxy
 from tests.support.processes import VENV_BIN, free_port, running
 
 CHAT = b'{"model": "stub", "messages": [{"role": "user", "content": "hello there, a slow upload"}]}'
@@ -315,3 +318,36 @@ def test_9_the_cap_fits_the_descriptors_and_the_overflow_gets_503(stub: str) -> 
             assert "COMPACT_MAX_CLIENT_CONNECTIONS lowered from 1000 to 440" in log, log[-2000:]
         reply = httpx.post(proxy.base_url + "/v1/chat/completions", content=CHAT, timeout=10)
         assert reply.status_code == 200, reply.text
+
+
+# --- issue 35, row 12: a refused body closes its connection -----------------------------------------
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length"])
+def test_12_a_body_refused_413_closes_the_connection_before_a_pipelined_request(framing: str) -> None:
+    """A body over `COMPACT_MAX_BODY_BYTES`, then a second request pipelined behind it on the same
+    connection: the client gets the 413 with `connection: close` and the connection ends there, as
+    nginx closes after its 413 (the body is not read to its end); the second request never
+    reaches the upstream."""
+    big = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * 4000 + b'"}]}'
+    if framing == "chunked":
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: p\r\nTransfer-Encoding: chunked\r\n\r\n"
+        body = b"".join(
+            b"%x\r\n%s\r\n" % (len(big[i : i + 500]), big[i : i + 500]) for i in range(0, len(big), 500)
+        )
+        first = head + body + b"0\r\n\r\n"
+    else:
+        first = chat_head(len(big)) + big
+    second = chat_head() + CHAT
+    with hostile_upstream() as hostile:
+        hostile.routes["/v1/chat/completions"] = lambda h, s: h.json(200, completion("ok"))
+        with hostile_proxy(hostile.url, COMPACT_MAX_BODY_BYTES="1000") as proxy:
+            with socket.create_connection(("127.0.0.1", int(proxy.base_url.rsplit(":", 1)[1]))) as sock:
+                sock.sendall(first + second)
+                answers = answer_of(sock, 10)
+            assert answers.startswith(b"HTTP/1.1 413 "), answers[:300]
+            assert b"connection: close" in answers.lower()
+            assert answers.count(b"HTTP/1.1 ") == 1, answers
+            httpx.post(proxy.base_url + "/v1/chat/completions", content=CHAT, timeout=10)  # a later one
+    chats = [seen for seen in hostile.seen if seen.path == "/v1/chat/completions"]
+    assert [seen.body for seen in chats] == [CHAT], "the pipelined request reached the upstream"
