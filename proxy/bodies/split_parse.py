@@ -258,7 +258,9 @@ class SplitParser:
         path, child = "", None
         try:
             path = await offloader.run(body_files.write, raw)
-            child = self._executor().submit(in_child, path)
+            # Submitted from a worker thread: a submit may start a child, a round trip to the fork
+            # server that held the loop for 100-400 ms.
+            child = await offloader.run(self._executor().submit, in_child, path)
             done = await asyncio.wrap_future(child)
             if done[0] == "error":
                 _, status, message, code = done
