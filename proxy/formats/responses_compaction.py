@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import secrets
 import time
 import uuid
 import zlib
@@ -34,11 +35,13 @@ from typing import Any
 
 import orjson
 
+from proxy.bodies.jsonbody import dump_json
 from proxy.engine.plan import Body
 from proxy.errors import ProxyError
 
 TRIGGER = "compaction_trigger"
 PREFIX = "cp2."
+_TOO_LARGE = "This request's compaction items expand past the proxy's body limit (COMPACT_MAX_BODY_BYTES)."
 RETIRED = ("cp1.",)  # the proxy's items of an earlier version: refused, never forwarded
 KEPT_ROLES = frozenset({"user", "developer", "system"})  # what Codex keeps itself (is_retained_for_...)
 
@@ -67,14 +70,14 @@ def left_to_the_item(original: list[Any], compacted: list[Any]) -> list[Any]:
 
 def seal(items: list[Any], key: bytes, owner: bytes) -> str:
     """`items` sealed for the client whose credentials' digest is `owner`."""
-    payload = base64.urlsafe_b64encode(zlib.compress(orjson.dumps(items), 6)).rstrip(b"=")
+    payload = base64.urlsafe_b64encode(zlib.compress(dump_json(items), 6)).rstrip(b"=")
     return PREFIX + payload.decode() + "." + _mac(payload, key, owner)
 
 
-def unseal(content: str, key: bytes, owner: bytes, limit: int) -> list[Any]:
-    """The items a sealed `content` stands for; `ProxyError` (400) if its mac does not match (for
-    `owner`, the digest of this request's credentials) or it does not unpack into a list of items
-    within `limit` bytes."""
+def unsealed_json(content: str, key: bytes, owner: bytes, budget: int) -> bytes:
+    """The JSON array of the items a sealed `content` stands for (written by `seal`, so not read
+    again here). `ProxyError`: 400 if its mac does not match (for `owner`, the digest of this
+    request's credentials) or it does not unpack; 413 if its items are more than `budget` bytes."""
     payload, _, mac = content[len(PREFIX) :].rpartition(".")
     valid = content.startswith(PREFIX) and bool(payload)
     if not valid or not hmac.compare_digest(mac, _mac(payload.encode(), key, owner)):
@@ -86,27 +89,43 @@ def unseal(content: str, key: bytes, owner: bytes, limit: int) -> list[Any]:
             code="invalid_compaction_item",
         )
     try:
-        packed = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
         inflate = zlib.decompressobj()
-        raw = inflate.decompress(packed, limit)
-        items = orjson.loads(raw) if not inflate.unconsumed_tail else None
+        packed = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+        raw = inflate.decompress(packed, budget + len(b"[]") + 1)
     except (ValueError, zlib.error):
-        items = None
-    if not isinstance(items, list):
+        raw = b""
+    if inflate.unconsumed_tail or len(raw) > budget + len(b"[]"):
+        raise ProxyError(413, _TOO_LARGE, param="input", code="request_too_large")
+    if not inflate.eof or raw[:1] != b"[" or raw[-1:] != b"]":
         raise ProxyError(400, "A compaction item's content does not unpack.", param="input")
-    return items
+    return raw
 
 
-def expand(body: Body, key: bytes, owner: bytes, limit: int) -> Body:
-    """`body` with each of the proxy's compaction items replaced by the items it stands for (sealed
-    for `owner`); `body` itself when it carries none."""
+def carries_items(body: Body) -> bool:
+    """Whether `body` carries one of the proxy's compaction items."""
     items = body.get("input")
-    if not isinstance(items, list) or not any(_ours(i) for i in items):
-        return body
-    expanded: list[Any] = []
-    for item in items:
-        expanded.extend(unseal(item["encrypted_content"], key, owner, limit) if _ours(item) else [item])
-    return {**body, "input": expanded}
+    return isinstance(items, list) and any(_ours(i) for i in items)
+
+
+def expanded_json(body: Body, key: bytes, owner: bytes, budget: int) -> bytes | None:
+    """The JSON of `body` with each of the proxy's compaction items replaced by the items it stands
+    for (sealed for `owner`), the items' own JSON spliced in, never parsed here (the caller parses the
+    whole as any large body); None when it carries none. All items together unpack to `budget` bytes
+    at most: past it, a 413 (many copies of one item once made a 5.8 KB request 3.6 MB upstream)."""
+    if not carries_items(body):
+        return None
+    parts: list[bytes] = []
+    for item in body["input"]:
+        if not _ours(item):
+            parts.append(dump_json(item))
+            continue
+        inner = unsealed_json(item["encrypted_content"], key, owner, budget)[1:-1]
+        budget -= len(inner)
+        if inner:
+            parts.append(inner)
+    mark = secrets.token_hex(16)
+    head = dump_json({**body, "input": mark})
+    return head.replace(b'"%s"' % mark.encode(), b"[" + b",".join(parts) + b"]", 1)
 
 
 def compaction_answer(model: str, content: str, tokens_in: int, tokens_out: int, *, streamed: bool) -> bytes:

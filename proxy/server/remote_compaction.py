@@ -14,6 +14,7 @@ one is, so one key's history (its tool output) never goes upstream in another ke
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import secrets
@@ -24,11 +25,12 @@ from typing import Any, ClassVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.bodies.jsonbody import dump_json
+from proxy.bodies.work import Bodies, is_large
 from proxy.formats import RESPONSES, Conversation, FormatRoute, WireFormat
 from proxy.formats.responses_compaction import (
+    carries_items,
     compaction_answer,
-    expand,
+    expanded_json,
     history_of,
     is_trigger,
     left_to_the_item,
@@ -54,7 +56,7 @@ SHRINK = 0.75  # the trigger's history is compacted for a window this share of i
 class RemoteCompaction:
     active: bool
     key: bytes
-    limit: int  # the most an item may unpack to
+    limit: int  # the most a request may unpack to (`COMPACT_MAX_BODY_BYTES`)
     formats: ClassVar[tuple[WireFormat, ...]] = (RESPONSES,)
 
     @classmethod
@@ -64,25 +66,31 @@ class RemoteCompaction:
         key = settings.compaction_key.get_secret_value().encode() if settings.compaction_key else None
         return cls(active, key or secrets.token_bytes(32), settings.max_body_bytes)
 
-    def expand(self, body: dict[str, Any], owner: bytes) -> dict[str, Any]:
-        """The request with the proxy's compaction items expanded (a forged one, or one sealed for
-        another client than `owner`, refused)."""
-        return expand(body, self.key, owner, self.limit)
-
     @staticmethod
     def is_trigger(body: dict[str, Any]) -> bool:
         return is_trigger(body)
 
     async def take(self, flight: Flight, parts: Parts, adapt: Adapt) -> Response | None:
-        """The flight's body with the proxy's items expanded (a large body's walked off the loop), and
-        the answer to a trigger; None when the request goes on (to be read, planned, sent)."""
+        """The flight's body with the proxy's items expanded, and the answer to a trigger; None when
+        the request goes on (to be read, planned, sent)."""
         assert flight.body is not None
-        expanded = await parts.bodies.run(flight.raw, self.expand, flight.body, owner_of(flight.request))
-        if expanded is not flight.body:
-            flight.body, flight.raw = expanded, dump_json(expanded)
+        if (expanded := await self.expanded(flight, parts.bodies)) is not None:
+            flight.body, flight.raw = await parts.bodies.parse(expanded), expanded
         if not self.is_trigger(flight.body):
             return None
         return await self.answer(adapt, parts, flight.request, flight.route, flight.body)
+
+    async def expanded(self, flight: Flight, bodies: Bodies) -> bytes | None:
+        """The bytes of the flight's body with the proxy's items expanded (a forged one, or one
+        sealed for another client, refused), all of it within the body limit; None when it carries
+        none. Unpacked in a worker thread whatever the body's size (a few KB of items unpack to
+        MBs), and parsed as a body of its size is (`take`)."""
+        assert flight.body is not None
+        if not is_large(flight.raw) and not carries_items(flight.body):  # a small body's items are few
+            return None
+        owner, budget = owner_of(flight.request), self.limit - len(flight.raw)
+        expand = functools.partial(expanded_json, key=self.key, owner=owner, budget=budget)
+        return await bodies.offloader.run(expand, flight.body)
 
     async def answer(
         self, adapt: Adapt, parts: Parts, request: Request, route: FormatRoute, body: dict[str, Any]

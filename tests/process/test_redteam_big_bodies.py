@@ -53,10 +53,114 @@ def chat_upstream_and_proxy(**env: str) -> Iterator[tuple[Hostile, Proxy]]:
             yield hostile, proxy
 
 
+def rss_settles_under_limit(proxy: Proxy, timeout: float = 20.0) -> int:
+    """The proxy's RSS once a large request's objects are freed (in a worker thread, a few at a
+    time, after the answer: `Offloader.release`), in kB: polled until under the limit or `timeout`."""
+    deadline = time.monotonic() + timeout
+    while (rss := proxy.rss_kb()) >= RSS_LIMIT_KB and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return rss
+
+
 def post(url: str, content: bytes) -> tuple[httpx.Response, float]:
     started = time.perf_counter()
     response = POSTER.post(url, content=content)
     return response, time.perf_counter() - started
+
+
+# --- 1: the proxy's own compaction items, many times in one request -----------------------------
+
+COMPACTION_KEY = "one-key-for-the-items-of-these-tests"
+ALICE = {"authorization": "Bearer alice", "content-type": "application/json"}
+
+
+def trigger(turns: int, answer_bytes: int) -> bytes:
+    """Codex's remote compaction of a history of long answers: the item stands for about 45% of it."""
+    items: list[dict[str, Any]] = []
+    for i in range(turns):
+        text = f"answer {i} " + "the wheel is round. " * (answer_bytes // 20)
+        items.append({"role": "user", "content": f"question {i}"})
+        items.append(
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+        )
+    return json.dumps({"model": "m", "input": [*items, {"type": "compaction_trigger"}]}).encode()
+
+
+@pytest.fixture(scope="module")
+def items() -> dict[str, dict[str, Any]]:
+    """Two items the proxy made for Alice: one standing for 0.3 MB of items, one for 4 MB (sealed,
+    1.9 KB and 15 KB)."""
+    made = {}
+    with hostile_upstream() as hostile:
+        env = {"COMPACT_WINDOW": "100000000", "COMPACT_COMPACTION_KEY": COMPACTION_KEY}
+        with proxy_for(hostile.url, **env) as proxy:
+            for name, turns, size in (("small", 20, 40_000), ("large", 40, 200_000)):
+                answer = httpx.post(
+                    proxy.base_url + "/v1/responses", content=trigger(turns, size), headers=ALICE, timeout=120
+                )
+                assert answer.status_code == 200, answer.text[:300]
+                made[name] = answer.json()["output"][0]
+    return made
+
+
+def carrying(item: dict[str, Any], copies: int) -> bytes:
+    """A request carrying `item` `copies` times (Codex sends it once)."""
+    return json.dumps(
+        {"model": "m", "input": [{"role": "user", "content": "go on"}, *[item] * copies]}
+    ).encode()
+
+
+@pytest.mark.parametrize(("item", "copies", "limit"), [("small", 8, 1024 * 1024), ("large", 9, None)])
+def test_1_items_that_expand_past_the_body_limit_together_are_refused(
+    items: dict[str, dict[str, Any]], item: str, copies: int, limit: int | None
+) -> None:
+    """8 copies of a 0.3 MB item under a 1 MB limit (a 15 KB request; on e02f76e 2.6 MB reached the
+    upstream), 9 of a 4 MB one under the default 32 MB (a 133 KB request): a 413 before anything is
+    parsed, nothing upstream, the proxy responsive and its memory flat."""
+    content = carrying(items[item], copies)
+    env = {"COMPACT_WINDOW": "100000000", "COMPACT_COMPACTION_KEY": COMPACTION_KEY}
+    if limit:
+        env["COMPACT_MAX_BODY_BYTES"] = str(limit)
+    with hostile_upstream() as hostile:
+        responses_upstream(hostile)
+        with proxy_for(hostile.url, **env) as proxy:
+
+            def send() -> None:  # again and again for half a second: each is refused at once
+                started = time.monotonic()
+                while time.monotonic() - started < 0.5:
+                    response = POSTER.post(proxy.base_url + "/v1/responses", content=content, headers=ALICE)
+                    assert response.status_code == 413, (response.status_code, response.text[:300])
+                    assert response.json()["error"]["code"] == "request_too_large"
+
+            responsive_during(proxy, send)
+            assert (rss := rss_settles_under_limit(proxy)) < RSS_LIMIT_KB, rss
+            once = POSTER.post(
+                proxy.base_url + "/v1/responses", content=carrying(items[item], 1), headers=ALICE
+            )
+            assert once.status_code == 200, once.text[:300]
+    assert len(hostile.seen) == 1, "a request over the limit reached the upstream"
+
+
+def test_1_items_that_expand_within_the_limit_are_expanded_off_the_loop(
+    items: dict[str, dict[str, Any]],
+) -> None:
+    """6 copies of a 4 MB item (a 90 KB request, 24 MB expanded): unpacked in a worker thread and
+    parsed as a large body is, so /healthz answers meanwhile; forwarded whole."""
+    content = carrying(items["large"], 6)
+    env = {"COMPACT_WINDOW": "100000000", "COMPACT_COMPACTION_KEY": COMPACTION_KEY}
+    with hostile_upstream() as hostile:
+        responses_upstream(hostile)
+        with proxy_for(hostile.url, **env) as proxy:
+
+            def send() -> None:
+                response = POSTER.post(proxy.base_url + "/v1/responses", content=content, headers=ALICE)
+                assert response.status_code == 200, response.text[:300]
+
+            responsive_during(proxy, send)
+            assert (rss := rss_settles_under_limit(proxy)) < RSS_LIMIT_KB, rss
+    sent = hostile.seen[-1].body
+    assert 6 * 4_000_000 < len(sent) < 32 * 1024 * 1024, len(sent)
+    assert b'"compaction"' not in sent
 
 
 # --- 2: Gemini calls and results without ids are matched in linear time ----------------------------
@@ -85,7 +189,7 @@ def test_2_gemini_calls_without_ids_are_matched_without_freezing_the_proxy() -> 
             assert response.status_code == 200, response.text[:300]
 
         responsive_during(proxy, send)
-        assert proxy.rss_kb() < RSS_LIMIT_KB, proxy.rss_kb()
+        assert (rss := rss_settles_under_limit(proxy)) < RSS_LIMIT_KB, rss
     sent = json.loads(hostile.seen[-1].body)["messages"]
     calls = [c["id"] for m in sent if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
     results = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
@@ -205,3 +309,29 @@ def test_8_the_helpers_and_the_files_go_with_a_killed_proxy() -> None:
             # read) is removed by the next proxy's start at the latest.
             with proxy_for(hostile.url):
                 assert not leftovers(before), f"{moment}: files outlived the proxy"
+
+
+# --- 11: item-heavy bodies compacted off the event loop ---------------------------------------------
+
+
+def test_11_two_hundred_thousand_function_calls_compacted_at_8k_do_not_freeze_the_proxy() -> None:
+    """The issue's body: a task, 100,000 function calls and their outputs (200,000 items, ~15 MB),
+    then a question; at an 8k window all but the last few are dropped."""
+    content = function_calls(100_000).replace(
+        b'"input": [', b'"input": [{"role": "user", "content": "go"}, ', 1
+    )
+    with hostile_upstream() as hostile:
+        responses_upstream(hostile)
+        with proxy_for(hostile.url, COMPACT_MAX_MESSAGES="300000", COMPACT_WINDOW="8192") as proxy:
+            url = proxy.base_url + "/v1/responses"
+
+            def send() -> None:
+                response, _ = post(url, content)
+                assert response.status_code == 200, response.text[:300]
+                assert response.headers.get("x-compaction-dropped"), response.headers
+
+            responsive_during(proxy, send)
+            print(f"RSS {proxy.rss_kb() // 1024} MB at the answer")
+            assert (rss := rss_settles_under_limit(proxy)) < RSS_LIMIT_KB, rss
+    sent = json.loads(hostile.seen[-1].body)
+    assert len(sent["input"]) < 1_000, "compacted for the 8k window"
