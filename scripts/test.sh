@@ -47,4 +47,12 @@ fi
 .venv/bin/ruff check proxy tests scripts benchmarks
 .venv/bin/ruff format --check proxy tests scripts benchmarks
 .venv/bin/mypy proxy
+# The live page's store, layout and stream reader without a browser (Node's own test runner, no
+# package): they are the page's ES modules as served. Its browser tier is tests/browser/.
+if command -v node >/dev/null 2>&1; then
+    node --test tests/live/page/
+elif [ "${FAST:-0}" != "1" ]; then
+    echo "node is needed for the live page's tests (tests/live/page/)" >&2
+    exit 1
+fi
 .venv/bin/python -m pytest "${MARKERS[@]}" "$@"

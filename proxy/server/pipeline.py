@@ -209,6 +209,8 @@ class Pipeline:
         assert plan is not None and conversation is not None
         error = await read_raw(response)
         overflow = parse_overflow(response.status_code, error)
+        if overflow is None and (again := self.repaired(flight, response.status_code, error)) is not None:
+            return await self.send(again)
         harder = self.parts.planner.harder(conversation.request, plan, overflow) if overflow else None
         if harder is None:
             if overflow:
@@ -223,6 +225,17 @@ class Pipeline:
         flight.plan = await self.summarise(flight, harder)
         self.parts.records.retried(flight.record, overflow, flight.plan, conversation)
         return await self.send(flight)
+
+    def repaired(self, flight: Flight, status: int, error: bytes) -> Flight | None:
+        """`flight` set to go once more as its format repairs it after a refusal that says how
+        (`resend_after`: Anthropic's thinking block bound to another conversation), if it does."""
+        if flight.resend is not None:
+            return None
+        again = flight.route.format.resend_after(flight.content(), status, error)
+        if again is not None:
+            log.info("The upstream refused the request (%s); sending it once more, repaired.", status)
+            flight.resend = again
+        return None if again is None else flight
 
     def release(self, flight: Flight) -> None:
         """Once its answer is on its way: a large body's million objects freed off the loop, a few at

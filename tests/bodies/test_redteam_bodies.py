@@ -15,7 +15,6 @@ import json
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -26,73 +25,21 @@ from hypothesis import strategies as st
 from proxy.bodies.jsonbody import dump_json, parse_json_object
 from proxy.counting.cache import LruCache
 from proxy.server.app import create_app
-from tests.support.fakes import completion, make_settings
-from tests.support.health import parse_time, responsive_during
+from tests.support.fakes import make_settings
+from tests.support.health import (
+    answer_all,
+    anthropic_message,
+    parse_time,
+    responsive_during,
+    upstream_and_proxy,
+)
 from tests.support.hostile import (
-    Hostile,
     Proxy,
-    ScriptedHandler,
-    Seen,
     counting_upstream,
     function_calls,
     hostile_upstream,
     proxy_for,
 )
-
-
-def answer_all(hostile: Hostile) -> None:
-    """The upstream answers each API with a small, valid answer of its own shape."""
-
-    def chat(h: ScriptedHandler, seen: Seen) -> None:
-        h.json(200, completion("ok"))
-
-    def messages(h: ScriptedHandler, seen: Seen) -> None:
-        h.json(200, anthropic_message())
-
-    def responses(h: ScriptedHandler, seen: Seen) -> None:
-        h.json(
-            200,
-            {
-                "id": "resp_1",
-                "object": "response",
-                "status": "completed",
-                "model": "m",
-                "output": [],
-                "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11},
-            },
-        )
-
-    hostile.routes.update(
-        {
-            "/v1/chat/completions": chat,
-            "/v1/messages": messages,
-            "/v1/responses": responses,
-            "/v1/models": lambda h, s: h.json(200, {"object": "list", "data": []}),
-            "/": lambda h, s: h.json(200, {"path": s.path}),
-        }
-    )
-
-
-def anthropic_message() -> dict[str, Any]:
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "m",
-        "content": [{"type": "text", "text": "ok"}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 1},
-    }
-
-
-@contextmanager
-def upstream_and_proxy(**env: str) -> Iterator[tuple[Hostile, Proxy]]:
-    with hostile_upstream() as hostile:
-        answer_all(hostile)
-        with proxy_for(hostile.url, **env) as proxy:
-            yield hostile, proxy
-
 
 # --- 1: odd context edits are a 400 naming the field, never a 500 --------------------------------
 

@@ -1,5 +1,8 @@
-"""`/healthz` polled while a heavy request runs against the real process: it must answer within 50 ms
-plus the idle noise measured first in the same test (issue 23's and issue 35's red-team rows)."""
+"""For the red-team tests against the real process: `Hostile` answering each API with a small valid
+answer (`answer_all`), the real `compacting-proxy` in front of it (`upstream_and_proxy`), and
+`/healthz` polled while heavy work goes on (`health_during`, `responsive_during`): it must answer
+within 50 ms plus the idle noise measured first in the same test, plus `floor`, one C call of the
+proxy's that cannot be split (parsing the whole body, `parse_time`)."""
 
 from __future__ import annotations
 
@@ -9,13 +12,69 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import orjson
 
-from tests.support.hostile import Proxy
+from tests.support.fakes import completion
+from tests.support.hostile import Hostile, Proxy, ScriptedHandler, Seen, hostile_upstream, proxy_for
 
 HEALTH_SLACK_S = 0.050
+
+
+def answer_all(hostile: Hostile) -> None:
+    """The upstream answers each API with a small, valid answer of its own shape."""
+
+    def chat(h: ScriptedHandler, seen: Seen) -> None:
+        h.json(200, completion("ok"))
+
+    def messages(h: ScriptedHandler, seen: Seen) -> None:
+        h.json(200, anthropic_message())
+
+    def responses(h: ScriptedHandler, seen: Seen) -> None:
+        h.json(
+            200,
+            {
+                "id": "resp_1",
+                "object": "response",
+                "status": "completed",
+                "model": "m",
+                "output": [],
+                "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11},
+            },
+        )
+
+    hostile.routes.update(
+        {
+            "/v1/chat/completions": chat,
+            "/v1/messages": messages,
+            "/v1/responses": responses,
+            "/v1/models": lambda h, s: h.json(200, {"object": "list", "data": []}),
+            "/": lambda h, s: h.json(200, {"path": s.path}),
+        }
+    )
+
+
+def anthropic_message() -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    }
+
+
+@contextmanager
+def upstream_and_proxy(**env: str) -> Iterator[tuple[Hostile, Proxy]]:
+    with hostile_upstream() as hostile:
+        answer_all(hostile)
+        with proxy_for(hostile.url, **env) as proxy:
+            yield hostile, proxy
 
 
 @dataclass
