@@ -20,13 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.fakes import completion
-from tests.support.health import responsive_during
+from tests.support.health import answer_all, responsive_during, upstream_and_proxy
 from tests.support.hostile import (
-    Hostile,
     Proxy,
-    ScriptedHandler,
-    Seen,
     function_calls,
     hostile_upstream,
     proxy_for,
@@ -37,20 +33,6 @@ pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 RSS_LIMIT_KB = 300 * 1024
 SHARED_MEMORY = "/dev/shm"  # where a huge body's files go (`body_files.py`)
 POSTER = httpx.Client(timeout=120, headers={"content-type": "application/json"})
-
-
-@contextmanager
-def chat_upstream_and_proxy(**env: str) -> Iterator[tuple[Hostile, Proxy]]:
-    """A Chat Completions upstream answering every chat with a small answer, and the proxy."""
-    with hostile_upstream() as hostile:
-
-        def chat(h: ScriptedHandler, seen: Seen) -> None:
-            h.json(200, completion("ok"))
-
-        hostile.routes["/v1/chat/completions"] = chat
-        hostile.routes["/v1/models"] = lambda h, s: h.json(200, {"object": "list", "data": []})
-        with proxy_for(hostile.url, **env) as proxy:
-            yield hostile, proxy
 
 
 def rss_settles_under_limit(proxy: Proxy, timeout: float = 20.0) -> int:
@@ -122,7 +104,7 @@ def test_1_items_that_expand_past_the_body_limit_together_are_refused(
     if limit:
         env["COMPACT_MAX_BODY_BYTES"] = str(limit)
     with hostile_upstream() as hostile:
-        responses_upstream(hostile)
+        answer_all(hostile)
         with proxy_for(hostile.url, **env) as proxy:
 
             def send() -> None:  # again and again for half a second: each is refused at once
@@ -149,7 +131,7 @@ def test_1_items_that_expand_within_the_limit_are_expanded_off_the_loop(
     content = carrying(items["large"], 6)
     env = {"COMPACT_WINDOW": "100000000", "COMPACT_COMPACTION_KEY": COMPACTION_KEY}
     with hostile_upstream() as hostile:
-        responses_upstream(hostile)
+        answer_all(hostile)
         with proxy_for(hostile.url, **env) as proxy:
 
             def send() -> None:
@@ -181,7 +163,7 @@ def gemini_calls_without_ids(calls: int) -> bytes:
 
 def test_2_gemini_calls_without_ids_are_matched_without_freezing_the_proxy() -> None:
     content = gemini_calls_without_ids(8_000)  # 8,000 calls + 8,000 responses, ~0.6 MB
-    with chat_upstream_and_proxy(COMPACT_WINDOW="1000000") as (hostile, proxy):
+    with upstream_and_proxy(COMPACT_WINDOW="1000000") as (hostile, proxy):
         url = proxy.base_url + "/v1beta/models/m:generateContent"
 
         def send() -> None:
@@ -250,11 +232,6 @@ def limited_proxy(upstream_url: str, limits: str, **env: str) -> Iterator[Proxy]
 HUGE = {"COMPACT_MAX_MESSAGES": "300000", "COMPACT_WINDOW": "16000000"}
 
 
-def responses_upstream(hostile: Hostile) -> None:
-    answer = {"id": "resp_1", "object": "response", "status": "completed", "output": []}
-    hostile.routes["/v1/responses"] = lambda h, s: h.json(200, answer)
-
-
 def post_quietly(url: str, content: bytes) -> None:
     """A post whose connection the test breaks (the proxy killed under it)."""
     with suppress(httpx.HTTPError):
@@ -268,7 +245,7 @@ def test_8_a_write_that_fails_half_way_leaves_no_file_and_the_body_is_served() -
     content = function_calls(100_000)
     before = body_files_now()
     with hostile_upstream() as hostile:
-        responses_upstream(hostile)
+        answer_all(hostile)
         with limited_proxy(hostile.url, "-f 4096", **HUGE) as proxy:
             response, _ = post(proxy.base_url + "/v1/responses", content)
             assert response.status_code == 200, response.text[:300]
@@ -282,7 +259,7 @@ def test_8_the_helpers_and_the_files_go_with_a_killed_proxy() -> None:
     removed (by the child, or by the next proxy's start)."""
     content = function_calls(100_000)
     with hostile_upstream() as hostile:
-        responses_upstream(hostile)
+        answer_all(hostile)
         for moment in ("idle", "parsing"):
             before = body_files_now()
             with proxy_for(hostile.url, **HUGE) as proxy:
@@ -321,7 +298,7 @@ def test_11_two_hundred_thousand_function_calls_compacted_at_8k_do_not_freeze_th
         b'"input": [', b'"input": [{"role": "user", "content": "go"}, ', 1
     )
     with hostile_upstream() as hostile:
-        responses_upstream(hostile)
+        answer_all(hostile)
         with proxy_for(hostile.url, COMPACT_MAX_MESSAGES="300000", COMPACT_WINDOW="8192") as proxy:
             url = proxy.base_url + "/v1/responses"
 
