@@ -144,6 +144,14 @@ class Settings(BaseSettings):
     cache_ttl: int = Field(default=7 * 24 * 3600, ge=1)
     memo_bytes: int = Field(default=64 * 1024 * 1024, ge=0)  # each in-process memo's bound
 
+    # The gateway contract (`proxy.gateway`): originals of what `/v1/compress` cut, kept for
+    # `/v1/retrieve/{hash}` (off: it keeps content) for this long and up to these bytes; audit mode
+    # forwards requests untouched and reports what compaction would have cut.
+    retrieve: bool = False
+    retrieve_ttl: int = Field(default=1800, ge=1)
+    retrieve_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    audit: bool = False
+
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
     admin_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()  # of api_keys: see every page's data
     log_format: Literal["text", "json"] = "text"

@@ -38,7 +38,10 @@ if [ "${FAST:-0}" != "1" ]; then
     .venv/bin/python scripts/llama_server.py build
     # aider (PyPI aider-chat) for the cli tier, in a venv of its own under the same cache: its pins
     # would disturb the project's.
-    .venv/bin/python scripts/aider_venv.py install >/dev/null
+    .venv/bin/python -m scripts.aider_venv install >/dev/null
+    # The LiteLLM proxy (PyPI litellm[proxy], the version with the headroom guardrail) for the gateway
+    # tier, in a venv of its own under the same cache (about 40 s, once).
+    .venv/bin/python -m scripts.litellm_venv install >/dev/null
     # Up front, outside the tests' timeouts: podman & co. from Debian, the base image (first run only)
     # and the layers tests/image/test_image.py then builds on.
     ./scripts/build_image.sh >/dev/null

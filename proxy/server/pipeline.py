@@ -34,6 +34,7 @@ from proxy.engine.plan import ChatPlan
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
 from proxy.formats import Conversation, FormatRoute, WireFormat
+from proxy.gateway.audit import audit, audits
 from proxy.server.flight import Flight
 from proxy.server.intake import (
     check_messages,
@@ -80,7 +81,10 @@ class Pipeline:
         await self.read_conversation(flight)
         if flight.conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(flight))
-        flight.plan = await self.summarise(flight, await self.plan(flight))
+        plan = await self.plan(flight)
+        if audits(self.parts.settings, request):  # sent as it came, what it would cut reported
+            flight.way, plan = audit(flight.way, plan, flight.conversation)
+        flight.plan = await self.summarise(flight, plan)
         self.record(flight)
         self.check_overflow(flight)
         self.log_plan(flight)
