@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.bodies.work import Bodies, is_large
+from proxy.engine.plan import ChatPlan
 from proxy.formats import RESPONSES, Conversation, FormatRoute, WireFormat
 from proxy.formats.responses_compaction import (
     carries_items,
@@ -79,7 +80,7 @@ class RemoteCompaction:
             flight.body, flight.raw = await parts.bodies.parse(expanded), expanded
         if not self.is_trigger(flight.body):
             return None
-        return await self.answer(adapt, parts, flight.request, flight.route, flight.body)
+        return await self.answer(adapt, parts, flight.request, flight.route, flight.body, flight.raw)
 
     async def expanded(self, flight: Flight, bodies: Bodies) -> bytes | None:
         """The bytes of the flight's body with the proxy's items expanded (a forged one, or one
@@ -94,42 +95,54 @@ class RemoteCompaction:
         return await bodies.offloader.run(expand, flight.body)
 
     async def answer(
-        self, adapt: Adapt, parts: Parts, request: Request, route: FormatRoute, body: dict[str, Any]
+        self,
+        adapt: Adapt,
+        parts: Parts,
+        request: Request,
+        route: FormatRoute,
+        body: dict[str, Any],
+        raw: bytes = b"",
     ) -> Response:
         """The `compaction` item for a trigger: the history compacted by the proxy's engine for a
-        window of `SHRINK` times its size, sealed."""
-        wire = route.format
-        history = history_of(body)
-        history, _, conversation = adapt(wire, history, b"", dict(request.path_params))
-        items = history["input"]
+        window of `SHRINK` times its size, sealed. A large history (its request's bytes `raw`) is
+        read, written back and sealed in a worker thread (`parts.bodies`), planned as any other."""
+        wire, params = route.format, dict(request.path_params)
+        history, _, conversation = await parts.bodies.run(raw, adapt, wire, history_of(body), b"", params)
+        plan = first = None
         if conversation is not None:
             credentials = parts.credentials.credentials(request)
             first = await parts.planner.plan(conversation.request, credentials)
             window = max(1, int(first.result.tokens_before * SHRINK))
             plan = await parts.planner.plan(conversation.request, credentials, window_tokens=window)
-            if plan.result.changed:
-                items = wire.write(history, conversation, plan)["input"]
-            before, after = plan.result.tokens_before, plan.result.tokens_after
             parts.metrics.record_compaction(plan.result)
             log.info(
                 "Answered a remote compaction (compaction_trigger) in the server's place. %s", plan.summary()
             )
-        else:
-            before = after = 0
-        left = left_to_the_item(history["input"], items)
-        if conversation is not None:  # on the live page: what the item replaced
+        seal_for = functools.partial(self._sealed, wire, history, conversation, plan, owner_of(request))
+        left, content = await parts.bodies.run(raw, seal_for)
+        if conversation is not None and plan is not None and first is not None:  # what the item replaced
             remote = Remote(first, len(history["input"]), len(left))
             parts.records.add(request.scope["headers"], wire.name, conversation, plan, remote=remote)
         streamed = wire.streamed(body)
-        content = compaction_answer(
-            str(body.get("model") or ""),
-            seal(left, self.key, owner_of(request)),
-            before,
-            after,
-            streamed=streamed,
-        )
+        before, after = (plan.result.tokens_before, plan.result.tokens_after) if plan else (0, 0)
+        answer = compaction_answer(str(body.get("model") or ""), content, before, after, streamed=streamed)
         media_type = "text/event-stream" if streamed else "application/json"
-        return Response(content, media_type=media_type, headers={"x-compaction-remote": "answered"})
+        return Response(answer, media_type=media_type, headers={"x-compaction-remote": "answered"})
+
+    def _sealed(
+        self,
+        wire: WireFormat,
+        history: dict[str, Any],
+        conversation: Conversation | None,
+        plan: ChatPlan | None,
+        owner: bytes,
+    ) -> tuple[list[Any], str]:
+        """What the item stands for (the compacted history less what Codex keeps), and its seal."""
+        items = history["input"]
+        if conversation is not None and plan is not None and plan.result.changed:
+            items = wire.write(history, conversation, plan)["input"]
+        left = left_to_the_item(history["input"], items)
+        return left, seal(left, self.key, owner)
 
 
 def owner_of(request: Request) -> bytes:

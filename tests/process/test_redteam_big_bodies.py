@@ -145,6 +145,29 @@ def test_1_items_that_expand_within_the_limit_are_expanded_off_the_loop(
     assert b'"compaction"' not in sent
 
 
+def test_1_a_trigger_over_a_long_agent_history_is_answered_off_the_loop() -> None:
+    """Codex's remote compaction of 40,000 function calls and their outputs (80,000 items, 6 MB):
+    read, written back and sealed in a worker thread, so /healthz answers meanwhile."""
+    history = function_calls(40_000).replace(
+        b'"input": [', b'"input": [{"role": "user", "content": "go"}, ', 1
+    )
+    content = history[:-2] + b', {"type": "compaction_trigger"}]}'
+    env = {
+        "COMPACT_WINDOW": "100000000",
+        "COMPACT_COMPACTION_KEY": COMPACTION_KEY,
+        "COMPACT_MAX_MESSAGES": "100000",
+    }
+    with upstream_and_proxy(**env) as (hostile, proxy):
+
+        def send() -> None:
+            response = POSTER.post(proxy.base_url + "/v1/responses", content=content, headers=ALICE)
+            assert response.status_code == 200, response.text[:300]
+            assert response.json()["output"][0]["type"] == "compaction"
+
+        responsive_during(proxy, send)
+    assert not hostile.seen, "the upstream never sees the trigger"
+
+
 # --- 2: Gemini calls and results without ids are matched in linear time ----------------------------
 
 
