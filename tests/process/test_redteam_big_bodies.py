@@ -1,8 +1,9 @@
 """Issue 35, the big-body rows, against the real `compacting-proxy` process on loopback in front of
 `Hostile` (a scripted upstream that records what it received): Codex compaction items repeated in
-one request (row 1), Gemini calls matched without ids (row 2), item-heavy bodies compacted (row 11).
-`/healthz` is polled while the heavy request runs and must answer within 50 ms plus the idle noise
-of the same test (`tests/support/health.py`), and the proxy's RSS stays under 300 MB.
+one request (row 1), Gemini calls matched without ids (row 2), a huge body's files in /dev/shm and
+the helper processes after `kill -9` (row 8), item-heavy bodies compacted (row 11). `/healthz` is
+polled while the heavy request runs and must answer within 50 ms plus the idle noise of the same
+test (`tests/support/health.py`), and the proxy's RSS comes back under 300 MB.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ answered while slow bodies hold the connection cap, slow bodies cut by a minimum
 from __future__ import annotations
 
 import re
+import resource
 import socket
 import statistics
 import subprocess
@@ -281,6 +282,15 @@ def proxy_under_ulimit(upstream_url: str, files: int, **env: str) -> Iterator[Pr
         yield Proxy(process, port)
 
 
+def own_files(needed: int) -> None:
+    """This process's own descriptor limit raised to `needed` (its sockets), or the test skipped."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.skip(f"this process may open {hard} files, the test needs {needed}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
 def settled(count: Callable[[], int], quiet: float = 1.5, timeout: float = 30) -> int:
     """`count()` once it has not changed for `quiet` seconds (polled)."""
     last, since, deadline = count(), time.monotonic(), time.monotonic() + timeout
@@ -298,6 +308,7 @@ def test_9_the_cap_fits_the_descriptors_and_the_overflow_gets_503(stub: str) -> 
     descriptors, so the proxy sizes it from the limit at start-up; connections past it get 503 at
     once, never a close without a word, and /healthz and a chat on a new connection are answered."""
     stalled_count = 1_100
+    own_files(stalled_count + 100)
     with proxy_under_ulimit(stub, 1024) as proxy:
         port = port_of(proxy)
         with sockets(port, stalled_count) as stalled:
