@@ -2,7 +2,9 @@
 
 Each server words it differently: OpenAI's `context_length_exceeded` ("…maximum context length is
 8192 tokens. However, your messages resulted in 9000 tokens"), vLLM's ("…you requested 5000 tokens
-(4500 in the messages, 500 in the completion)", or "your request has 5000 input tokens"), llama.cpp's
+(4500 in the messages, 500 in the completion)", or "your request has 5000 input tokens", or its
+renderer's "You passed 9000 input tokens and requested 500 output tokens. However, the model's
+context length is only 8192 tokens, …", whose "input characters" variant gives no count), llama.cpp's
 `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx` (on every route, `/v1/messages`
 and `/v1/responses` too), Anthropic's ("prompt is too long: 208437 tokens > 200000 maximum", "input
 length and `max_tokens` exceed context limit: 197000 + 8192 > 200000", in its own error shape), and
@@ -28,12 +30,13 @@ _PHRASES = re.compile(
 )
 _PROMPT_COUNT = re.compile(
     r"too long: (\d+) tokens|context limit: (\d+) \+|resulted in (\d+) tokens|\((\d+) in the messages|"
-    r"has (\d+) input tokens|request \((\d+) tokens\)|prompt(?: has| of)? \(?(\d+) tokens",
+    r"has (\d+) input tokens|request \((\d+) tokens\)|prompt(?: has| of)? \(?(\d+) tokens|"
+    r"passed (\d+) input tokens",
     re.IGNORECASE,
 )
 _WINDOW = re.compile(
     r"tokens > (\d+) maximum|> (\d+), decrease|maximum context length is (\d+)|"
-    r"available context size \((\d+) tokens\)",
+    r"available context size \((\d+) tokens\)|context length is only (\d+) tokens",
     re.IGNORECASE,
 )
 

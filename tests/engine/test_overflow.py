@@ -47,6 +47,33 @@ VLLM_NEW = json.dumps(
         }
     }
 )
+# vLLM main's renderer (vllm/renderers/params.py, TokenizeParams._token_len_check and
+# _text_len_check, as of 1aa021e), as its VLLMValidationError reads once str() adds the parameter.
+VLLM_RENDERER = json.dumps(
+    {
+        "error": {
+            "message": "You passed 9000 input tokens and requested 500 output tokens. However, the "
+            "model's context length is only 8192 tokens, resulting in a maximum input length of 7692 "
+            "tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value=9000)",
+            "type": "BadRequestError",
+            "param": "input_tokens",
+            "code": 400,
+        }
+    }
+)
+VLLM_RENDERER_CHARS = json.dumps(
+    {
+        "error": {
+            "message": "You passed 250000 input characters and requested 0 output tokens. However, "
+            "the model's context length is only 8192 tokens, resulting in a maximum input length of "
+            "8192 tokens (at most 204800 characters). Please reduce the length of the input prompt. "
+            "(parameter=input_text, value=250000)",
+            "type": "BadRequestError",
+            "param": "input_text",
+            "code": 400,
+        }
+    }
+)
 OLLAMA = json.dumps(
     {"error": {"message": "the input length exceeds the context length", "type": "api_error"}}
 )
@@ -91,6 +118,8 @@ RESPONSES = json.dumps(
         (OPENAI, 9100, 8192),
         (VLLM, 4500, 4096),
         (VLLM_NEW, 2100, 2048),
+        (VLLM_RENDERER, 9000, 8192),
+        (VLLM_RENDERER_CHARS, None, 8192),  # characters, not tokens: no count
         (OLLAMA, None, None),
         (ANTHROPIC_PROMPT, 208437, 200000),
         (ANTHROPIC_INPUT, 197626, 200000),
