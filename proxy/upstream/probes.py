@@ -40,6 +40,10 @@ PROBE_TIMEOUT = httpx.Timeout(5.0)
 # The most of a probe's answer read, once decoded: Ollama's `/api/show` with its template and license,
 # or a router's whole model list, are well under it; a hostile upstream's gzip bomb is cut at it.
 MAX_PROBE_BYTES = 16 * 1024 * 1024
+# The longest model name asked about by name (Ollama's `/api/show`, the Gemini API's model): Ollama
+# v0.33 takes at most 350 + 3 x 80 characters and separators (types/model/name.go), Gemini's and
+# vLLM's names are far shorter; a longer one is no server's, and would be sent whole in each probe.
+MAX_ASKED_NAME_CHARS = 1024
 MODEL_LENGTH_FIELDS = (
     "max_model_len",
     "loaded_context_length",
@@ -150,7 +154,12 @@ async def fetch(
     try:
         request = client.build_request(method, url, headers=list(headers), content=content, timeout=timeout)
         response = await client.send(request, stream=True)
-        return response.status_code, await read_decoded(response, limit)
+        try:
+            return response.status_code, await read_decoded(response, limit)
+        finally:
+            # httpx binds the stream to its response, a cycle that would keep the request's body
+            # until a full collection (the serving process runs few: `server/collector.py`).
+            response.stream = EMPTY_STREAM
     except AnswerTooLarge as exc:
         log.warning("the upstream's answer to %s %s was too large: %s", method, httpx.URL(url).path, exc)
         return None
@@ -169,6 +178,14 @@ async def fetch_json(
         return orjson.loads(answer[1])
     except orjson.JSONDecodeError:
         return None
+
+
+EMPTY_STREAM = httpx.ByteStream(b"")
+
+
+def askable(model: str) -> bool:
+    """Whether a server could have a model of this name: else it is not asked about by name."""
+    return len(model) <= MAX_ASKED_NAME_CHARS
 
 
 def short(name: str, limit: int = 200) -> str:
@@ -235,6 +252,8 @@ class WindowDetector:
             await fetch_json(self.client, "GET", f"{self.root_url}/api/ps", auth), model
         ):
             return found
+        if not askable(model):
+            return None
         show = await fetch_json(self.client, "POST", f"{self.root_url}/api/show", auth, {"model": model})
         if found := window_from_ollama_show(show):
             return found

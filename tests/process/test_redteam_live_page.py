@@ -149,6 +149,29 @@ def test_3_forty_chats_with_4_mb_model_names_cost_the_page_little() -> None:
     assert end - start < 64, f"the page kept {end - start:.0f} MB of names"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_3_with_the_page_off_forty_4_mb_model_names_cost_the_window_probe_little() -> None:
+    # No window configured: each new name is a window probe of the upstream (the page's own test
+    # sets one). A name no server could have is not sent in a probe; none is kept whole.
+    with upstream_and_proxy(COMPACT_UI="false") as (hostile, proxy):
+        start = peak = rss_mb(proxy)
+        probes: list[int] = []
+        for n in range(40):
+            assert post(proxy, chat(big_name(n))).status_code == 200
+            probes += [len(s.body) + len(s.path) for s in hostile.seen if s.path != CHAT]
+            hostile.seen.clear()
+            peak = max(peak, rss_mb(proxy))
+            within_memory(proxy, f"after {n + 1} chats with 4 MB model names (from {start:.0f} MB)")
+        time.sleep(1)
+        end = rss_mb(proxy)
+    print(
+        f"row 3, page off: RSS {start:.0f} -> {end:.0f} MB (peak {peak:.0f}); largest probe {max(probes)} bytes"
+    )
+    assert max(probes) < 64 * 1024, "a probe carried the model's name whole"
+    assert end - start < 64, f"the probes kept {end - start:.0f} MB of names"
+
+
 # --- 4: a page that does not read is dropped, and what it was sent is bounded in bytes ------------
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gc
+import types
 from typing import Any
 
 import httpx
 import pytest
 
 from proxy.upstream.probes import (
+    MAX_ASKED_NAME_CHARS,
     UpstreamTokenCounter,
     WindowDetector,
+    fetch,
     window_from_llama_props,
     window_from_models,
     window_from_ollama_ps,
@@ -173,6 +177,35 @@ async def test_detector_failure_is_none_and_cached() -> None:
     detector = WindowDetector(httpx.AsyncClient(transport=httpx.MockTransport(refuse)), "http://up.test/v1")
     assert await detector.window("m") is None
     assert await detector.window("m") is None
+
+
+async def test_a_name_no_server_could_have_is_not_sent_in_a_probe() -> None:
+    listed, unlisted = "a" * MAX_ASKED_NAME_CHARS * 4, "b" * MAX_ASKED_NAME_CHARS * 4
+    models = {"data": [{"id": listed, "max_model_len": 4096}, {"id": "other", "max_model_len": 8192}]}
+    seen: list[str] = []
+    detector = WindowDetector(server({("GET", "/v1/models"): models}, seen), "http://up.test/v1")
+    found = await detector.window(listed)
+    assert found and found.tokens == 4096, "a list asked without the name is still read"
+    assert await detector.window(unlisted) is None
+    assert not any("/api/show" in s or "/v1beta/" in s for s in seen), seen
+    asked: list[str] = []
+    detector = WindowDetector(server({("POST", "/api/show"): OLLAMA_SHOW}, asked), "http://up.test/v1")
+    assert await detector.window("c" * MAX_ASKED_NAME_CHARS)
+    assert "POST /api/show" in asked, "up to the bound, names are asked about"
+
+
+async def test_a_probes_body_is_freed_with_its_answer() -> None:
+    # httpx binds a response to its stream (a cycle): collected late, it held each probe's body.
+    content = b"x" * 1_000_000
+    client = server({("POST", "/api/show"): OLLAMA_SHOW}, [])
+    gc.disable()
+    try:
+        answer = await fetch(client, "POST", "http://up.test/api/show", [], content)
+        holders = [r for r in gc.get_referrers(content) if not isinstance(r, types.FrameType)]
+    finally:
+        gc.enable()
+    assert answer and answer[0] == 200
+    assert holders == []
 
 
 async def test_exact_counts_from_vllm_and_llama_cpp() -> None:

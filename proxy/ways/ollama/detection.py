@@ -25,7 +25,7 @@ from proxy.counting.cache import ModelTable
 from proxy.counting.tokens import token_count
 from proxy.settings import Settings
 from proxy.upstream.forwarding import credential_headers, root_url
-from proxy.upstream.probes import fetch, fetch_json, ollama_model_info, short
+from proxy.upstream.probes import askable, fetch, fetch_json, ollama_model_info, short
 from proxy.ways.ollama.bridge import OllamaBridge
 from proxy.ways.ollama.native_request import to_ollama_chat
 
@@ -112,7 +112,7 @@ class OllamaUpstream:
             return configured.window
         if self.clock() < (self.window_retry.get(model) or 0.0):
             return min(configured.window, self.settings.ollama_max_num_ctx)
-        show = await fetch_json(
+        show = askable(model) and await fetch_json(
             self.client, "POST", f"{self.root_url}/api/show", credential_headers(headers), {"model": model}
         )
         info = ollama_model_info(show)
