@@ -180,6 +180,8 @@ class Settings(BaseSettings):
     body_timeout: float = Field(default=30.0, gt=0)
     keep_alive_timeout: float = Field(default=5.0, gt=0)
     max_client_connections: int = Field(default=1000, ge=1)
+    # Seconds an answer may wait with its client taking none of it (nginx's send_timeout); then reset.
+    send_timeout: float = Field(default=60.0, gt=0)
     # Under load (half the cap open), a body slower than this on average after the grace gets 408; 0: never.
     min_body_rate: float = Field(default=240.0, ge=0)
     min_body_rate_grace: float = Field(default=5.0, gt=0)

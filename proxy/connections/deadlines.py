@@ -12,6 +12,9 @@ Kestrel's `MinRequestBodyDataRate`, applied under pressure as Envoy's overload m
 timeouts, so a slow upload at ordinary load is still served. Each gets a 408 and the connection is
 closed: a slowloris client holds a connection for seconds, not for ever.
 
+An answer the client stops taking is reset after `COMPACT_SEND_TIMEOUT` seconds without a byte
+taken (nginx's `send_timeout`: `sending.py`).
+
 One deadline runs at a time per connection (the head's, the body's, or the keep-alive's): re-armed
 as a request goes, its timer moved only when it would fire too late.
 """
@@ -19,12 +22,16 @@ as a request goes, its timer moved only when it would fire too late.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proxy.connections.flow import ProbeReserve
+from proxy.connections.sending import SendWatch, reset
 from proxy.errors import openai_error_body
+
+log = logging.getLogger("proxy.connections")
 
 PRESSURE_SHARE = 0.5  # of the cap: from there on, the minimum body rate applies
 RATE_CHECK_EVERY = 1.0  # seconds, as Kestrel's heartbeat
@@ -49,6 +56,8 @@ class Deadlines(HttpToolsProtocol):
     body_start: float  # the loop's clock at the head's end
     body_paused_at_start: float  # seconds reading had been paused by then
     rate_check: asyncio.TimerHandle | None
+    send_timeout: float
+    send_watch: SendWatch
 
     def _arm(self, seconds: float, callback: Callable[[], None]) -> None:
         """Run `callback` in `seconds` unless disarmed or re-armed first. The timer is moved only
@@ -72,6 +81,18 @@ class Deadlines(HttpToolsProtocol):
             return
         callback, self.deadline = self.deadline, None
         callback()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.send_watch.start()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.send_watch.stop()
+
+    def _send_timed_out(self) -> None:
+        log.info("a client took no byte of its answer for %g seconds: connection reset", self.send_timeout)
+        reset(self.transport)
 
     def _keep_alive_ended(self) -> None:
         if not self.transport.is_closing():

@@ -46,6 +46,7 @@ from proxy.connections.flow import (
     reserve_of,
     turns_of,
 )
+from proxy.connections.sending import DEFAULT_SEND_TIMEOUT, SendWatch
 from proxy.settings import Settings
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
@@ -72,6 +73,7 @@ class ClientLimits:
     max_client_connections: int = DEFAULT_MAX_CLIENT_CONNECTIONS
     min_body_rate: float = DEFAULT_MIN_BODY_RATE
     min_body_rate_grace: float = DEFAULT_MIN_BODY_RATE_GRACE
+    send_timeout: float = DEFAULT_SEND_TIMEOUT
 
     @classmethod
     def of(cls, settings: Settings) -> ClientLimits:
@@ -82,6 +84,7 @@ class ClientLimits:
             settings.max_client_connections,
             settings.min_body_rate,
             settings.min_body_rate_grace,
+            settings.send_timeout,
         )
 
 
@@ -101,6 +104,7 @@ class LimitedHttpToolsProtocol(Deadlines):
         self.max_client_connections = limits.max_client_connections
         self.min_body_rate = limits.min_body_rate
         self.min_rate_grace = limits.min_body_rate_grace
+        self.send_timeout = limits.send_timeout
         self.reserve = reserve_of(self.server_state, PROBE_RESERVE)
         self.turns = turns_of(self.server_state, PIPELINED_PER_TURN)
         self.probe_only = False  # accepted past the cap: a probe path, or 503
@@ -122,6 +126,7 @@ class LimitedHttpToolsProtocol(Deadlines):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow = HeldFlow(transport, self.loop.time)
+        self.send_watch = SendWatch(transport, self.loop, self.send_timeout, self._send_timed_out)
         if len(self.connections) >= self.max_client_connections * PRESSURE_SHARE:
             self.reserve.last_busy = self.loop.time()
         if len(self.connections) - len(self.reserve) > self.max_client_connections:
@@ -133,6 +138,7 @@ class LimitedHttpToolsProtocol(Deadlines):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self.send_watch.stop()
         if self.timer is not None:
             self.timer.cancel()
         self._stop_rate_check()

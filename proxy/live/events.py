@@ -5,10 +5,11 @@ finds a page that went away without closing.
 A page that falls behind is dropped by the store once its backlog passes its bound (nothing more is
 queued for it). If it was only slow, the write under way ends within `DROP_GRACE_S` and the stream
 ends with it: the page sees its end and reconnects. If it reads nothing, that write is abandoned
-(cancelled) and the stream waits for the client to hang up, keeping its place among the
-`COMPACT_UI_STREAMS`: such a connection cannot be closed at once without losing what is already in
-its buffers, and releasing its place would let such clients pile up until the proxy's own traffic
-finds no connection.
+(cancelled) and the stream waits for the client to hang up, or for the connection layer to reset it
+once it has taken nothing for `COMPACT_SEND_TIMEOUT` seconds (`proxy.connections.sending`), keeping
+its place among the `COMPACT_UI_STREAMS` until then: the app cannot close its connection, and
+releasing its place while the connection stays would let such clients pile up until the proxy's own
+traffic finds no connection.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """Issue 23, the connection rows, against the real `compacting-proxy` process on loopback: probes
 answered while slow bodies hold the connection cap, slow bodies cut by a minimum rate only under load
 (row 5), pipelined requests nobody reads kept from filling the memory (row 6), and `--workers N`
-(each worker its own cap). Socket counts are kept modest: the cap is lowered through its setting.
+(each worker its own cap), and issue 35's rows 9, 12 and 4 (a slow reader within the send timeout).
+Socket counts are kept modest: the cap is lowered through its setting.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import resource
 import socket
@@ -21,7 +23,7 @@ import httpx
 import pytest
 
 from tests.support.fakes import completion
-from tests.support.hostile import hostile_upstream
+from tests.support.hostile import ScriptedHandler, Seen, hostile_upstream
 from tests.support.hostile import proxy_for as hostile_proxy
 from tests.support.processes import VENV_BIN, free_port, running
 
@@ -362,3 +364,57 @@ def test_12_a_body_refused_413_closes_the_connection_before_a_pipelined_request(
             httpx.post(proxy.base_url + "/v1/chat/completions", content=CHAT, timeout=10)  # a later one
     chats = [seen for seen in hostile.seen if seen.path == "/v1/chat/completions"]
     assert [seen.body for seen in chats] == [CHAT], "the pipelined request reached the upstream"
+
+
+# --- issue 35, row 4: an answer its client takes slowly is not cut by the send timeout ---------------
+
+
+def streamed_answer(size: int) -> Callable[[ScriptedHandler, Seen], None]:
+    """A Chat Completions stream of about `size` bytes, written as fast as the proxy takes it."""
+    chunk = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "word " * 200}}],
+    }
+    event = b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    def answer(h: ScriptedHandler, seen: Seen) -> None:
+        h.send_response(200)
+        h.send_header("content-type", "text/event-stream")
+        h.send_header("transfer-encoding", "chunked")
+        h.end_headers()
+        for _ in range(size // len(event)):
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+        h.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(DONE), DONE))
+
+    return answer
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_4_a_slow_reader_of_a_long_streamed_answer_gets_all_of_it_within_the_send_timeout() -> None:
+    """3 MB read at 160 KB/s (about 20 s) through a 2 s send timeout: each read moves the answer,
+    though the proxy's own buffer stays full for longer than the timeout (the kernel's queue drains
+    first): counted from the proxy's buffer alone, this client was cut after 2 s."""
+    size, per_read = 3_000_000, 8_000  # every 50 ms
+    with hostile_upstream() as hostile:
+        hostile.routes["/v1/chat/completions"] = streamed_answer(size)
+        with hostile_proxy(hostile.url, COMPACT_WINDOW="100000", COMPACT_SEND_TIMEOUT="2") as proxy:
+            body = b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            with sock:
+                sock.connect(("127.0.0.1", int(proxy.base_url.rsplit(":", 1)[1])))
+                sock.sendall(chat_head(len(body)) + body)
+                started, received, tail = time.monotonic(), 0, b""
+                while not tail.endswith(DONE + b"\r\n0\r\n\r\n") and (piece := sock.recv(per_read)):
+                    received, tail = received + len(piece), (tail + piece)[-64:]
+                    time.sleep(0.05)
+                took = time.monotonic() - started
+            log = proxy.log
+    print(f"row 4: {received:,} bytes read in {took:.1f} s through a 2 s send timeout")
+    assert tail.endswith(DONE + b"\r\n0\r\n\r\n"), f"cut after {received:,} bytes and {took:.1f} s"
+    assert received >= size and took > 10
+    assert "took no byte" not in log

@@ -1,5 +1,5 @@
 """The live page under attack (issue 35, rows 3, 4, 5, 7 and 10), against the real process over
-loopback, one section per row.
+loopback, one section per row (row 3 also with the page off, for the window probe's part).
 
 The real `compacting-proxy` runs in front of `Hostile` (an upstream in a thread of this process that
 answers each API). Where a row is about memory, the proxy's RSS is read from `/proc` while the attack
@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 import h11
@@ -222,6 +223,40 @@ def test_4_a_hundred_pages_that_never_read_hold_little_and_nothing_once_gone() -
         f"{end:.0f} MB after they left"
     )
     assert end < start + 100, f"RSS {end:.0f} MB after the pages left (from {start:.0f} MB)"
+
+
+def proxy_side_open(client: int, proxy: int) -> bool:
+    """Whether the proxy (at port `proxy`) still has its end of the connection from port `client`
+    (Linux's /proc/net/tcp)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote = (int(address.split(":")[1], 16) for address in line.split()[1:3])
+        if (local, remote) == (proxy, client):
+            return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_4_a_page_that_reads_nothing_is_reset_and_its_place_freed_while_its_client_stays() -> None:
+    # COMPACT_SEND_TIMEOUT (60 s by default, nginx's send_timeout) shortened to keep the test short.
+    env = {"COMPACT_UI_CONTENT": "true", "COMPACT_WINDOW": "1000000", "COMPACT_SEND_TIMEOUT": "2"}
+    with upstream_and_proxy(**env) as (hostile, proxy), open_stream(proxy) as sock:
+        ports = sock.getsockname()[1], sock.getpeername()[1]
+        assert status_of(head_of(sock)) == 200
+        for n in range(30):  # wells of ~100 KB each: more than the socket's buffers take
+            assert post(proxy, long_loop(n)).status_code == 200
+            hostile.seen.clear()
+        deadline = time.monotonic() + 30
+        while proxy.metric('compacting_proxy_table_entries{table="ui_pages"}') > 0:
+            assert time.monotonic() < deadline, "a page that reads nothing still holds its place"
+            time.sleep(0.2)
+        sock.settimeout(10)
+        with pytest.raises(ConnectionResetError):
+            while sock.recv(65536):
+                pass
+        assert not proxy_side_open(*ports), "the proxy still has the connection open"
+        log = proxy.log
+    assert "took no byte of its answer for 2 seconds" in log
 
 
 # --- 5: page streams are capped apart from the traffic the proxy exists for -----------------------
