@@ -16,9 +16,10 @@ merged into the neighbouring assistant turn where no role fits. Nothing else in 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 import orjson
 
@@ -39,6 +40,39 @@ class Part:
 
     item: int
     block: int | None = None
+
+
+class ItemRuns(Sequence[tuple[Part, ...]]):
+    """Sources where each neutral message stands for a run of whole items, or for none (what lives
+    outside the list): two integers a message instead of a tuple of `Part`s, the parts made when
+    asked for. A history of 200,000 items keeps 3 MB of them instead of 25."""
+
+    def __init__(self) -> None:
+        self.starts = array("q")
+        self.ends = array("q")
+
+    def append(self, start: int, end: int) -> None:
+        """The next message stands for items `start` to `end` (excluded)."""
+        self.starts.append(start)
+        self.ends.append(end)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Part, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[Part, ...]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[Part, ...] | Sequence[tuple[Part, ...]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return tuple(Part(item) for item in range(self.starts[index], self.ends[index]))
+
+    def __iter__(self) -> Iterator[tuple[Part, ...]]:
+        for start, end in zip(self.starts, self.ends, strict=True):
+            yield tuple(Part(item) for item in range(start, end))
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,18 +215,17 @@ def rebuild(conversation: Conversation, plan: ChatPlan) -> Rebuilt:
     sources = conversation.sources
     out = Rebuilt()
     kept_before: dict[int, int] = {}  # item -> the first neutral index that keeps a part of it
-    for i, parts in enumerate(sources):
-        for part in parts:
-            if i not in d.dropped:
-                kept_before.setdefault(part.item, i)
-    for i, parts in enumerate(sources):
+    for i, parts in enumerate(sources):  # one walk: `ItemRuns` makes the parts as it goes
         if i in d.dropped:
             for part in parts:
                 if part.block is None:
                     out.drop_items.add(part.item)
                 else:
                     out.drop_blocks.setdefault(part.item, set()).add(part.block)
-        elif i in d.notes:
+            continue
+        for part in parts:
+            kept_before.setdefault(part.item, i)
+        if i in d.notes:
             for part in parts:
                 out.notes.setdefault(part.item, {})[part.block] = d.notes[i]
     for item in out.drop_blocks:

@@ -35,8 +35,8 @@ from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ErrorShape, ProxyError, openai_error
 from proxy.formats.base import (
     Conversation,
+    ItemRuns,
     Message,
-    Part,
     last_count,
     source_field,
     sse_error_event,
@@ -48,6 +48,7 @@ NOTED_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 SERVER_COMPACTION = frozenset({"compaction", "compaction_summary"})
 USER_SIDE_ROLES = frozenset({"user", "system", "developer"})
 _INPUT_TOKENS = re.compile(rb'"input_tokens"\s*:\s*(\d+)')
+Functions = dict[tuple[str, str], dict[str, str]]  # a call's neutral `function`, by name and arguments
 
 
 class Responses:
@@ -64,14 +65,14 @@ class Responses:
         if model is not None and not isinstance(model, str):
             raise ProxyError(400, "'model' must be a string.", param="model")
         messages: list[Message] = []
-        sources: list[tuple[Part, ...]] = []
+        sources = ItemRuns()
         instructions = body.get("instructions")
         if instructions is not None:
             messages.append({"role": "system", "content": instructions})
-            sources.append(())
+            sources.append(0, 0)
         if isinstance(items, str):
             messages.append({"role": "user", "content": items})
-            sources.append((Part(0),))
+            sources.append(0, 1)
         elif isinstance(items, list):
             _read_items(items, messages, sources)
         else:
@@ -179,52 +180,62 @@ def failed_response_stream(message: str, code: str, param: str | None) -> bytes:
     )
 
 
-def _read_items(items: list[Any], messages: list[Message], sources: list[tuple[Part, ...]]) -> None:
-    turn: Message | None = None  # the assistant turn being gathered
-    turn_parts: list[Part] = []
+def _read_items(items: list[Any], messages: list[Message], sources: ItemRuns) -> None:
+    turn: Message | None = None  # the assistant turn being gathered, from item `turn_start` on
+    turn_start = 0
+    functions: Functions = {}
 
-    def close_turn() -> None:
-        nonlocal turn, turn_parts
+    def close_turn(end: int) -> None:
+        nonlocal turn
         if turn is not None:
             if not turn["content"]:
                 turn["content"] = None
             messages.append(turn)
-            sources.append(tuple(turn_parts))
-        turn, turn_parts = None, []
+            sources.append(turn_start, end)
+        turn = None
 
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             raise ProxyError(400, f"input[{index}] must be an object.", param=f"input[{index}]")
         kind, role, call_id = str_field(item.get("type")), str_field(item.get("role")), item.get("call_id")
         if kind in (None, "message") and role in USER_SIDE_ROLES:
-            close_turn()
+            close_turn(index)
             messages.append({"role": role, "content": _chat_content(item.get("content"))})
-            sources.append((Part(index),))
+            sources.append(index, index + 1)
         elif kind is not None and kind.endswith("_output") and isinstance(call_id, str):
-            close_turn()
+            close_turn(index)
             output = item.get("output")
             # Results with no text to shorten (a screenshot, a shell's output objects) are never noted.
             content = _chat_content(output) if kind in NOTED_OUTPUTS else [_unnoted(output)]
             messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
-            sources.append((Part(index),))
+            sources.append(index, index + 1)
         else:
             if turn is None:
-                turn = {"role": "assistant", "content": []}
-            turn_parts.append(Part(index))
-            _add_to_turn(turn, item, kind, call_id)
-    close_turn()
+                turn, turn_start = {"role": "assistant", "content": []}, index
+            _add_to_turn(turn, item, kind, call_id, functions)
+    close_turn(len(items))
 
 
-def _add_to_turn(turn: Message, item: dict[str, Any], kind: str | None, call_id: Any) -> None:
+def _add_to_turn(
+    turn: Message, item: dict[str, Any], kind: str | None, call_id: Any, functions: Functions
+) -> None:
     """One item the model produced, in a neutral assistant message: calls as `tool_calls`,
-    reasoning as `reasoning_content`, text as text parts."""
+    reasoning as `reasoning_content`, text as text parts. An agent makes the same call many times
+    (a test run, `git status`): equal calls share their `function` (`functions`, by name and
+    arguments)."""
     if isinstance(call_id, str):
         arguments = item.get("arguments")
         if not isinstance(arguments, str):  # custom tools take free text, others an action: as JSON
             arguments = json_text(item.get("input", item.get("action", {})))
         name = str_field(item.get("name")) or kind or "tool"
-        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-        turn.setdefault("tool_calls", []).append(call)
+        # Equal calls share one function object (none is changed in place: a note or a cap copies).
+        function = functions.setdefault((name, arguments), {"name": name, "arguments": arguments})
+        call = {"id": call_id, "type": "function", "function": function}
+        calls = turn.get("tool_calls")
+        if calls is None:  # a list of one, not `setdefault`'s spare room: most turns make one call
+            turn["tool_calls"] = [call]
+        else:
+            calls.append(call)
     elif kind == "reasoning":
         texts = [text_of(item.get("summary")), text_of(item.get("content"))]
         turn["reasoning_content"] = "\n".join(filter(None, [turn.get("reasoning_content"), *texts]))
