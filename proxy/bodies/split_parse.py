@@ -43,6 +43,7 @@ from proxy.bodies.jsonbody import (
     parse_json_object,
 )
 from proxy.bodies.offload import Offloader
+from proxy.bodies.shared_strings import Shared
 from proxy.errors import ProxyError
 
 PIECE_BYTES = 64 * 1024  # of JSON a piece holds, ~0.5 ms to parse at the densest seen here
@@ -139,10 +140,11 @@ def _flush(parts: list[tuple[Any, ...]], run: list[bytes], kind: str) -> None:
 # --- in this process -------------------------------------------------------------------------------
 
 
-def assemble(piece: Any, exact: bool, data: bytes = b"") -> Any:
+def assemble(piece: Any, exact: bool, data: bytes = b"", shared: Shared | None = None) -> Any:
     """The value `piece` stands for, each of its byte strings parsed on its own (a worker thread
     running this gives the GIL away between them). A byte string is itself, or where it lies in
-    `data`: (start, end)."""
+    `data`: (start, end). The short strings of a long list's items are shared (`Shared`)."""
+    shared = Shared(len(data)) if shared is None else shared
     if isinstance(piece, bytes) or isinstance(piece[0], int):
         return _loads(piece, exact, data)
     kind, parts = piece
@@ -150,16 +152,16 @@ def assemble(piece: Any, exact: bool, data: bytes = b"") -> Any:
         items: list[Any] = []
         for part in parts:
             if part[0] == "items":
-                items.extend(_loads(part[1], exact, data))
+                items.extend(shared.strings_of(_loads(part[1], exact, data)))
             else:
-                items.append(assemble(part[1], exact, data))
+                items.append(assemble(part[1], exact, data, shared))
         return items
     mapping: dict[str, Any] = {}
     for part in parts:
         if part[0] == "keys":
             mapping.update(_loads(part[1], exact, data))
         else:
-            mapping[part[1]] = assemble(part[2], exact, data)
+            mapping[part[1]] = assemble(part[2], exact, data, shared)
     return mapping
 
 
