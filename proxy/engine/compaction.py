@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import compress
 
 from proxy.engine.cuts import Cuts
 from proxy.engine.index import (
@@ -190,7 +191,7 @@ def _result(replay: Replay, count: CountMessage, before: int) -> CompactionResul
         tokens_after=after,
         limit=budget.limit,
         truncated=tuple(sorted(i for i in cuts.notes if not dropped[i])),
-        dropped=tuple(i for i, gone in enumerate(dropped) if gone),
+        dropped=tuple(compress(index.positions, dropped)),
         protected_dropped=replay.protected_dropped,
         overflow=after > budget.limit,
         capped=tuple(sorted(i for i in cuts.caps if not dropped[i] and i not in cuts.notes)),

@@ -104,6 +104,9 @@ class ConversationIndex(NamedTuple):
     marker_cost: int  # what a marker is reserved at (or the gap a summary takes)
     empty_cost: int  # a message with no content
     facts_cost: int  # what a note's facts are costed at before they are written
+    # 0 to len(messages): one int object for each position, which every index here and the result
+    # share (a history of 200,000 messages made each position's int anew three times: 5 MB each).
+    positions: tuple[int, ...]
 
     @classmethod
     def of(
@@ -117,12 +120,16 @@ class ConversationIndex(NamedTuple):
         gap_tokens: int,
     ) -> ConversationIndex:
         n = len(messages)
-        read = _read(messages)
+        positions = tuple(range(n + 1))
+        read, calls = _read(messages, positions)
         roles, tools = read.roles, read.tools
-        results, last_results = _results(messages, tools, read.calls)
+        results, strays = _results(messages, tools, calls)
+        del calls  # a long history's calls by id: let go before the exchanges are built
         users = read.users
         units = _units(messages, roles, results, users, tools, protected_tools)
-        exchanges = _exchanges(messages, roles, results, users, read.callers, last_results, protected_tools)
+        exchanges = _exchanges(
+            messages, roles, results, users, read.callers, strays, protected_tools, positions
+        )
         marker_cost = max(count(dropped_marker(n)), gap_tokens)
         empty_cost = count({"content": ""})
         # Positional: a named tuple's keyword arguments cost a microsecond, on every call.
@@ -141,6 +148,7 @@ class ConversationIndex(NamedTuple):
             marker_cost,
             empty_cost,
             count({"content": TYPICAL_FACTS}) - empty_cost,
+            positions,
         )
 
     def is_protected(self, tool: str | None) -> bool:
@@ -164,19 +172,19 @@ class _Read(NamedTuple):
     tools: tuple[int, ...]
     replies: tuple[int, ...]
     callers: tuple[int, ...]  # the assistant messages with tool calls
-    calls: dict[str, Call]  # each call by its id (the last one of an id)
 
 
-def _read(messages: Sequence[Message]) -> _Read:
-    """One walk of the messages: what each is, and every tool call by its id. (A user message is
-    never among the leading system messages, so every user message is a request.)"""
+def _read(messages: Sequence[Message], positions: tuple[int, ...]) -> tuple[_Read, dict[str, Call]]:
+    """One walk of the messages: what each is, and every tool call by its id (the last one of an
+    id). (A user message is never among the leading system messages, so every user message is a
+    request.)"""
     roles: list[str] = []
     users: list[int] = []
     tools: list[int] = []
     replies: list[int] = []
     callers: list[int] = []
     calls: dict[str, Call] = {}
-    for i, message in enumerate(messages):
+    for i, message in zip(positions, messages, strict=False):
         role = message.get("role")
         if not isinstance(role, str):
             role = ""
@@ -200,27 +208,33 @@ def _read(messages: Sequence[Message]) -> _Read:
             users.append(i)
         elif role in TOOL_ROLES:
             tools.append(i)
-    return _Read(tuple(roles), tuple(users), tuple(tools), tuple(replies), tuple(callers), calls)
+    return _Read(tuple(roles), tuple(users), tuple(tools), tuple(replies), tuple(callers)), calls
 
 
 def _results(
     messages: Sequence[Message], tools: tuple[int, ...], calls: Mapping[str, Call]
-) -> tuple[dict[int, Call], dict[int, int]]:
+) -> tuple[dict[int, Call], set[int]]:
     """Map each tool result to its call (the assistant message's index, the tool and arguments), and
-    each calling message to its last result."""
+    name the calling messages with a result after their own run of results (the tool messages
+    right after them): strays, whose exchange cannot be dropped whole (usually none, so a set of
+    them, not each caller's last result: 100,000 calls made that a 5 MB table)."""
     results: dict[int, Call] = {}
-    last_results: dict[int, int] = {}
+    strays: set[int] = set()
+    run, previous = -1, -2  # where the run of tool messages that `i` is in starts
     for i in tools:
+        if i != previous + 1:
+            run = i
+        previous = i
         message = messages[i]
         call_id = message.get("tool_call_id")
         call = calls.get(call_id) if isinstance(call_id, str) else None
         if call is None:
             name = message.get("name")
             call = Call(i, name if isinstance(name, str) else None, None)
-        else:
-            last_results[call.caller] = i
+        elif i > call.caller and run != call.caller + 1:
+            strays.add(call.caller)
         results[i] = call
-    return results, last_results
+    return results, strays
 
 
 def _units(
@@ -271,8 +285,9 @@ def _exchanges(
     results: Mapping[int, Call],
     users: tuple[int, ...],
     callers: tuple[int, ...],
-    last_results: Mapping[int, int],
+    strays: set[int],
     protected_tools: tuple[str, ...],
+    positions: tuple[int, ...],
 ) -> tuple[Exchange, ...]:
     """The tool exchanges, in order. One whose results do not all follow it (or that holds a
     protected tool) is never dropped: that would leave an orphan, or lose what cannot be fetched.
@@ -288,7 +303,7 @@ def _exchanges(
         answers = range(i + 1, end)
         while end < n and roles[end] in LEADING_ROLES:
             end += 1
-        droppable = last_results.get(i, i) < end
+        droppable = i not in strays
         for j in answers if droppable else ():
             if results[j].caller not in (i, j):
                 droppable = False
@@ -298,7 +313,7 @@ def _exchanges(
                 any(_is_protected(results[j].tool, protected_tools) for j in answers)
                 or any(_is_protected(name, protected_tools) for name in _call_names(messages[i]))
             )
-        out.append(Exchange(i, end, droppable))
+        out.append(Exchange(i, positions[end], droppable))
     return tuple(out)
 
 
