@@ -1,9 +1,11 @@
-"""A huge body's cost and the proxy's answers meanwhile (issue 23, row 9):
-``python -m benchmarks.bench_huge_body [--baseline DIR] [--rounds N]``.
+"""A huge body's cost and the proxy's answers meanwhile (issue 23, row 9; issue 35, row 11):
+``python -m benchmarks.bench_huge_body [--baseline DIR] [--rounds N] [--window TOKENS]``.
 
 A Responses body of 200,000 items (15 MB, 100,000 `function_call`s each answered) is posted to the
 real process, in front of a recording upstream, `--rounds` times, while `/healthz` is polled every
-10 ms: the POST's time and the slowest `/healthz`, against the idle `/healthz` measured just before.
+10 ms: the POST's time and the slowest `/healthz`, against the idle `/healthz` measured just before,
+and the process's peak RSS (`VmHWM`, a fresh process each round). At the default window it is
+forwarded whole; `--window 8192` compacts it to its last few items.
 With `--baseline DIR` (a checkout unpacked there, e.g. `git archive 957c7e4 | tar -x -C DIR`), that
 checkout's `proxy` package runs too, the two taking turns round by round.
 """
@@ -82,10 +84,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--baseline", type=Path)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--window", type=int, default=16_000_000)
     args = parser.parse_args()
     content = function_calls(100_000)
+    if args.window < 16_000_000:  # a task first: what compaction keeps (with no request, nothing goes)
+        content = content.replace(b'"input": [', b'"input": [{"role": "user", "content": "go"}, ', 1)
     checkouts = {"this branch": ROOT, **({str(args.baseline): args.baseline} if args.baseline else {})}
-    figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in checkouts}
+    figures: dict[str, list[tuple[float, ...]]] = {name: [] for name in checkouts}
     with hostile_upstream() as hostile:
         answer_responses(hostile)
         for _ in range(args.rounds):
@@ -94,24 +99,34 @@ def main() -> None:
                 env = {
                     "COMPACT_UPSTREAM_URL": hostile.url,
                     "COMPACT_MAX_MESSAGES": "300000",
-                    "COMPACT_WINDOW": "16000000",
+                    "COMPACT_WINDOW": str(args.window),
                 }
                 # `-m proxy` would take the `proxy` package of the current directory first.
                 start = f"import sys; sys.path.insert(0, {str(root)!r}); sys.argv[0] = 'compacting-proxy'; "
                 start += "from proxy.cli import main; main()"
                 command = [sys.executable, "-c", start, "--port", str(port), "--no-access-log"]
-                with running(command, ready_url=f"http://127.0.0.1:{port}/healthz", env=env):
-                    figures[name].append(one_round(f"http://127.0.0.1:{port}", content))
+                with running(command, ready_url=f"http://127.0.0.1:{port}/healthz", env=env) as process:
+                    took, busy, idle = one_round(f"http://127.0.0.1:{port}", content)
+                    figures[name].append((took, busy, idle, peak_rss(process.pid)))
                 hostile.seen.clear()
     print(f"load average {os.getloadavg()[0]:.1f}; medians of {args.rounds} rounds (all rounds in brackets)")
-    print("| checkout | POST 15 MB, ms | slowest /healthz during it, ms | slowest idle /healthz, ms |")
-    print("| --- | ---: | ---: | ---: |")
+    print(f"window {args.window:,}")
+    print(
+        "| checkout | POST 15 MB, ms | slowest /healthz during it, ms | slowest idle /healthz, ms | peak RSS, MB |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: |")
     for name, rows in figures.items():
         cells = []
-        for column in range(3):
-            values = [row[column] * 1000 for row in rows]
+        for column in range(4):
+            values = [row[column] * (1000 if column < 3 else 1) for row in rows]
             cells.append(f"{statistics.median(values):.0f} {[round(v) for v in values]}")
         print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def peak_rss(pid: int) -> float:
+    """The most memory process `pid` has held, in MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) / 1024
 
 
 if __name__ == "__main__":

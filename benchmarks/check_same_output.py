@@ -26,14 +26,18 @@ from typing import Any
 import orjson
 
 WINDOWS = (500, 4_000, 32_768, 200_000, 1_000_000)
+ROUTES = {"responses": "/v1/responses", "messages": "/v1/messages"}  # by a case's name; else a chat
 
 
 def bodies() -> dict[str, bytes]:
     """Small to 2,000-message chats; heavy text (Chinese, digits), numbers past 64 bits and beyond a
-    double, a lone surrogate escape, tools, a reply limit and vendor fields."""
+    double, a lone surrogate escape, tools, a reply limit and vendor fields; an agent's history as
+    Codex (Responses) and Claude Code (Messages) send it, and 20,000 Responses function calls (their pieces parsed apart)."""
     from benchmarks.bench_engine import history
     from benchmarks.chat_bodies import large_chat, small_chat
     from tests.support.conversations import agent_chat, bike_shop_chat
+    from tests.support.format_chats import as_anthropic, as_responses
+    from tests.support.hostile import function_calls
 
     small, large = small_chat(), large_chat()
     chinese = [
@@ -45,7 +49,15 @@ def bodies() -> dict[str, bytes]:
         {"role": "user", "content": "总结一下。"},
     ]
     digits = {"model": "m", "messages": agent_chat(40, seed=3, result_items=20), "max_tokens": 3000}
+    instructions, items = as_responses(agent_chat(40, seed=3, result_items=20))
+    system, messages = as_anthropic(agent_chat(40, seed=5, result_items=20))
+    calls = function_calls(20_000).replace(b'"input": [', b'"input": [{"role": "user", "content": "go"}, ', 1)
     return {
+        "responses-agent": orjson.dumps({"model": "m", "instructions": instructions, "input": items}),
+        "responses-calls": calls,
+        "messages-agent": orjson.dumps(
+            {"model": "m", "system": system, "messages": messages, "max_tokens": 512}
+        ),
         "small": orjson.dumps(small),
         "large": orjson.dumps(large),
         "history-2000": history(2000),
@@ -86,8 +98,10 @@ async def outputs(cases: Path) -> dict[str, str]:
             async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
                 for path_of_case in sorted(cases.iterdir()):
                     name, body = path_of_case.name, path_of_case.read_bytes()
+                    route = ROUTES.get(name.split("-")[0], "/v1/chat/completions")
+                    dry_run = "/compact" + ("" if route == "/v1/chat/completions" else route)
                     for turn in ("cold", "warm"):  # the same body again: the memos warm
-                        for path in ("/v1/chat/completions", "/compact"):
+                        for path in (route, dry_run):
                             seen.clear()
                             response = await client.post(path, content=body)
                             digest = hashlib.sha256(str(response.status_code).encode())
