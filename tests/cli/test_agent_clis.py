@@ -4,7 +4,7 @@ through the real `compacting-proxy` process in front of it (issue 16).
 
 The suite runs a small matrix (each CLI at 32k through the proxy, one direct run each to show the
 server's window bites, the 16k edge, Claude Code with thinking on); the full one, 16k/32k/128k direct
-and proxied, is `python -m benchmarks.bench_agent_clis`.
+and proxied, is `python -m benchmarks.agents.bench_agent_clis`.
 """
 
 from __future__ import annotations

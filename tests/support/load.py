@@ -1,6 +1,6 @@
 """Many concurrent streams through one real proxy process: the raw asyncio HTTP/1.1 driver (`drive`,
 cheap enough per stream that the client is not what is measured), the two processes and what
-`/proc` says of them. Shared by ``tests/slow/test_load.py`` and ``benchmarks/bench_streams.py``.
+`/proc` says of them. Shared by ``tests/slow/test_load.py`` and ``benchmarks/throughput/bench_streams.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 a kind (`tests.support.kinds`) that is a given share of an 8,192-token window by the heaviest of the
 vocabularies the estimate's margin is fitted on (cl100k_base, o200k_base, Qwen2.5, Llama 3).
 
-The ruler, as in `benchmarks/bench_margin.py`: the heaviest real count, the template's markers added.
+The ruler, as in `benchmarks/counting/bench_margin.py`: the heaviest real count, the template's markers added.
 Needs the `tokenizers` extra (a test using it is skipped without).
 """
 
