@@ -1,5 +1,5 @@
 """Requests/s through Debian's haproxy (round robin) at 1, 2 and 3 `compacting-proxy` replicas that
-share a `redis-server` (`COMPACT_CACHE_URL`), in front of the fast fake upstream (`fake_upstream.py`):
+share a `redis-server` (`COMPACT_CACHE_URL`), in front of the fast fake upstream (`tests/support/upstreams/fast.py`):
 ``python -m benchmarks.replicas.bench_replicas [--seconds 5] [--clients 16] [--rounds 3] [--pin]``.
 
 A small chat (`chat_bodies.small_chat`, under the line) at `--clients` connections with `wrk -t1`,
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
@@ -29,10 +28,9 @@ from typing import Any
 from benchmarks.throughput.chat_bodies import write_bodies
 from benchmarks.throughput.run import run_wrk
 from tests.support.deployment import running_haproxy, running_redis
-from tests.support.processes import free_port, running
+from tests.support.proc import cpu_seconds
+from tests.support.upstreams.fast import running_fast_upstream
 from tests.support.upstreams.proxy_server import running_proxy
-
-HERE = Path(__file__).parent
 
 
 def main() -> None:
@@ -51,19 +49,10 @@ def main() -> None:
         os.sched_setaffinity(0, cores[:-1])  # inherited by wrk, haproxy, Redis and the upstream
     if args.quick:
         args.seconds, args.rounds = 2, 1
-    port = free_port()
-    upstream = [
-        sys.executable,
-        str(HERE.parent / "throughput" / "fake_upstream.py"),
-        "--port",
-        str(port),
-        "--lifetime",
-        "600",
-    ]
     rows = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         body = write_bodies(Path(tmp))["small"]
-        stack.enter_context(running(upstream, ready_url=f"http://127.0.0.1:{port}/v1/models"))
+        port = stack.enter_context(running_fast_upstream(lifetime=600))
         redis = stack.enter_context(running_redis())
         settings = {"cache_url": redis.url}
         proxies = [
@@ -92,10 +81,10 @@ def main() -> None:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in targets}
         for _ in range(args.rounds):
             for name, target in targets:
-                before = cpu_seconds(pids)
+                before = cpu_seconds(*pids)
                 result = run_wrk(target, body, args.clients, args.seconds, args.seconds + 60)
                 if result.get("requests"):
-                    result["cpu_ms"] = (cpu_seconds(pids) - before) * 1000 / result["requests"]
+                    result["cpu_ms"] = (cpu_seconds(*pids) - before) * 1000 / result["requests"]
                 runs[name].append(result)
         for name, results in runs.items():
             done = sorted((r for r in results if "error" not in r), key=lambda r: r["rps"])
@@ -115,17 +104,6 @@ def main() -> None:
                 f"| {name} | {r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
                 f"{r.get('cpu_ms', 0):.2f} | {r['non2xx'] + r['socket_errors']} |"
             )
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU time of the processes `pids` (and their threads), from `/proc`."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / ticks
 
 
 if __name__ == "__main__":

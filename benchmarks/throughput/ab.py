@@ -6,21 +6,18 @@ ratio taken round by round (the two ran one after the other in each round) and i
 
 from __future__ import annotations
 
-import os
 import statistics
 from typing import Any
 
+from tests.support.proc import cpu_seconds
 
-def cpu_seconds(pid: int | None) -> float | None:
-    """User and system CPU seconds the process `pid` has used so far (None if it cannot be read)."""
-    if pid is None:
-        return None
+
+def cpu_seconds_of(pid: int | None) -> float | None:
+    """The CPU seconds the process `pid` has used so far, None if there is none to read (gone, or none)."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
+        return None if pid is None else cpu_seconds(pid)
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def baseline_lines(res: dict[str, Any]) -> list[str]:

@@ -20,17 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
 from benchmarks.engine.bench_engine import history
+from tests.support.proc import cpu_seconds
 from tests.support.processes import free_port, running
+from tests.support.upstreams.fast import running_fast_upstream
 
 HOST = "127.0.0.1"
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
 
 
 def timed(connection: http.client.HTTPConnection, body: bytes, count: int) -> list[float]:
@@ -62,18 +57,8 @@ def main() -> None:
     targets: dict[str, dict[str, str]] = {"this checkout": {}}
     for folder in args.baseline:
         targets[os.path.basename(folder.rstrip("/"))] = {"PYTHONPATH": str(Path(folder).resolve())}
-    up = free_port()
-    upstream = [
-        sys.executable,
-        "-m",
-        "benchmarks.throughput.fake_upstream",
-        "--port",
-        str(up),
-        "--lifetime",
-        "3600",
-    ]
-    base_env = {"COMPACT_UPSTREAM_URL": f"http://{HOST}:{up}/v1", "COMPACT_WINDOW": str(args.window)}
-    with running(upstream, ready_url=f"http://{HOST}:{up}/v1/models"):
+    with running_fast_upstream() as up:
+        base_env = {"COMPACT_UPSTREAM_URL": f"http://{HOST}:{up}/v1", "COMPACT_WINDOW": str(args.window)}
         ports = {name: free_port() for name in targets}
         servers = {
             name: running(
@@ -83,7 +68,7 @@ def main() -> None:
             )
             for name, extra in targets.items()
         }
-        processes = {name: psutil.Process(server.__enter__().pid) for name, server in servers.items()}
+        processes = {name: server.__enter__().pid for name, server in servers.items()}
         connections = {name: http.client.HTTPConnection(HOST, ports[name], timeout=60) for name in targets}
         try:
             for name in targets:

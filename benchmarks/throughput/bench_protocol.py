@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.socketless import RecordingTransport, socketless
+
 ROOT = Path(__file__).resolve().parents[2]
 REQUEST = (
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Type: application/json\r\n"
@@ -37,42 +39,22 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-class Transport(asyncio.Transport):
-    """Counts writes; each answer is two (head, body)."""
+class Transport(RecordingTransport):
+    """Counts writes, and keeps none: each answer is two (head, body)."""
 
     def __init__(self, answered: asyncio.Event) -> None:
         super().__init__()
-        self.writes, self.answered, self.closing = 0, answered, False
+        self.writes, self.answered = 0, answered
 
     def write(self, data: Any) -> None:
         self.writes += 1
         if self.writes % 2 == 0:
             self.answered.set()
 
-    def close(self) -> None:
-        self.closing = True
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
 
 async def time_protocol(protocol_class: Any, requests: int) -> float:
     """CPU seconds per request through one kept-alive connection."""
-    from uvicorn.config import Config
-    from uvicorn.server import ServerState
-
-    config = Config(app=app, lifespan="off", access_log=False, log_level="warning")
-    config.load()
-    protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
+    protocol = socketless(protocol_class, app)
     answered = asyncio.Event()
     protocol.connection_made(Transport(answered))
 
@@ -88,26 +70,41 @@ async def time_protocol(protocol_class: Any, requests: int) -> float:
     return (time.process_time() - started) / requests
 
 
-def child(kind: str, requests: int) -> None:
-    """In a process of its own: time the plain protocol, or the proxy's of the checkout on the path."""
+def proxy_protocol(code: Path) -> Any:
+    """The proxy's protocol class in the checkout at `code`, wherever that checkout keeps it."""
+    sys.path.insert(0, str(code))  # this checkout's `tests` and `benchmarks` are imported already
+    for name in ("proxy.connections.protocol", "proxy.server.protocol", "proxy.protocol"):
+        try:
+            return importlib.import_module(name).LimitedHttpToolsProtocol
+        except ModuleNotFoundError as missing:
+            if missing.name is None or not name.startswith(missing.name):
+                raise  # the module is there, something it imports is not
+    raise SystemExit(f"no LimitedHttpToolsProtocol in {code}")
+
+
+def child(kind: str, code: Path, requests: int) -> None:
+    """In a process of its own: time the plain protocol, or the proxy's of the checkout at `code`."""
     if kind == "plain":
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol_class
     else:
-        import proxy
-
-        root = Path(proxy.__file__).resolve().parent
-        name = (
-            "proxy.connections.protocol" if (root / "server" / "protocol.py").exists() else "proxy.protocol"
-        )
-        protocol_class = importlib.import_module(name).LimitedHttpToolsProtocol
+        protocol_class = proxy_protocol(code)
     print(asyncio.run(time_protocol(protocol_class, requests)))
 
 
 def measure(code: Path, kind: str, requests: int) -> float:
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    env = {k: v for k, v in env.items() if not k.startswith("COMPACT_")}
-    command = [sys.executable, __file__, "--child", kind, "--requests", str(requests)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACT_")}
+    env["PYTHONPATH"] = str(ROOT)
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.throughput.bench_protocol",
+        "--child",
+        kind,
+        "--code",
+        str(code),
+    ]
+    command += ["--requests", str(requests)]
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=True)
     return float(done.stdout.strip())
 
 
@@ -118,9 +115,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--quick", action="store_true", help="2 rounds of 2,000 requests")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--code", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.requests)
+        child(args.child, args.code, args.requests)
         return
     rounds, requests = (2, 2000) if args.quick else (args.rounds, args.requests)
     targets = {"uvicorn's plain protocol": (ROOT, "plain"), "this checkout": (ROOT, "proxy")}

@@ -7,7 +7,7 @@ same on another upstream client) and `--body large`.
 Throughput on a shared 2-core machine moves by tens of percent from one minute to the next; the CPU
 time a process spends per request moves far less, since another tenant's load delays the process
 without adding to its own CPU time. Both proxies (this checkout's and `--before`'s, or only this
-one) run under the line in front of the fast fake upstream (`fake_upstream.py`); sequential small
+one) run under the line in front of the fast fake upstream (`tests/support/upstreams/fast.py`); sequential small
 chats (`chat_bodies.py`) on one kept-alive connection go to each in turn, in blocks, for several
 rounds, and each process's user + system CPU time is read from `/proc` (psutil) around its blocks.
 Medians of the rounds, in microseconds per request, and the ratio to `--before`.
@@ -22,18 +22,14 @@ import sys
 from pathlib import Path
 
 import orjson
-import psutil
 
 from benchmarks.throughput.bare_passthrough import TRANSPORTS
 from benchmarks.throughput.chat_bodies import large_chat, small_chat
+from tests.support.proc import cpu_seconds
 from tests.support.processes import free_port, running
+from tests.support.upstreams.fast import running_fast_upstream
 
 HOST = "127.0.0.1"
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
 
 
 def send(port: int, body: bytes, count: int) -> None:
@@ -70,24 +66,14 @@ def main() -> None:
     per_block = args.requests or (200 if args.quick else 1000)
     rounds = args.rounds or (2 if args.quick else 7)
     body = orjson.dumps(small_chat() if args.body == "small" else large_chat())
-    up = free_port()
-    upstream = [
-        sys.executable,
-        "-m",
-        "benchmarks.throughput.fake_upstream",
-        "--port",
-        str(up),
-        "--lifetime",
-        "3600",
-    ]
     own = str(Path(sys.executable).parent / "compacting-proxy")
     targets = {"after": own}
     if args.before:
         targets["before"] = args.before
     code = {Path(folder).name: str(Path(folder).resolve()) for folder in args.baseline}
     targets.update({name: own for name in code})
-    env = {"COMPACT_UPSTREAM_URL": f"http://{HOST}:{up}/v1", "COMPACT_WINDOW": "1000000"}
-    with running(upstream, ready_url=f"http://{HOST}:{up}/v1/models"):
+    with running_fast_upstream() as up:
+        env = {"COMPACT_UPSTREAM_URL": f"http://{HOST}:{up}/v1", "COMPACT_WINDOW": "1000000"}
         ports = {name: free_port() for name in targets}
         servers = {
             name: running(
@@ -117,10 +103,10 @@ def main() -> None:
             for k in range(rounds):
                 order = list(targets) if k % 2 == 0 else list(reversed(targets))
                 for name in order:
-                    process = psutil.Process(processes[name].pid)
-                    started = cpu_seconds(process)
+                    pid = processes[name].pid
+                    started = cpu_seconds(pid)
                     send(ports[name], body, per_block)
-                    samples[name].append((cpu_seconds(process) - started) / per_block * 1e6)
+                    samples[name].append((cpu_seconds(pid) - started) / per_block * 1e6)
         finally:
             for server in servers.values():
                 server.__exit__(None, None, None)

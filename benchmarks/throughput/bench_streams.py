@@ -25,7 +25,8 @@ import time
 
 import httpx
 
-from tests.support.load import cpu_seconds, drive, fd_count, proxy_process, rss_kib, upstream_process
+from tests.support.load import drive, proxy_process, upstream_process
+from tests.support.proc import cpu_seconds, fd_count, rss_kib
 
 
 def main() -> None:

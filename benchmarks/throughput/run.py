@@ -1,6 +1,6 @@
 """One command for the whole benchmark: ``python -m benchmarks.throughput.run [--quick]``.
 
-It starts a fake upstream (``fake_upstream.py``) and every target in front of it on free loopback
+It starts the fast fake upstream (``tests/support/upstreams/fast.py``) and every target in front of it on free loopback
 ports, each as its own process, waits until each answers, checks one request of every body, then
 runs the load matrix with ``wrk`` (small and large chat at 1/16/64 clients, plus streamed small
 chats at 16), a streaming time-to-first-event run (``ttfb.py``), and samples each server's RSS
@@ -38,7 +38,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,8 @@ from typing import Any
 import orjson
 
 from benchmarks.throughput import ab, chat_bodies, ttfb
+from tests.support.processes import free_port
+from tests.support.upstreams import fast
 
 HERE = Path(__file__).resolve().parent
 
@@ -77,12 +78,6 @@ LITELLM_VENV = Path.home() / ".cache" / "compacting-proxy" / "litellm-venv"
 def _die_with_parent() -> None:
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -726,7 +721,7 @@ def main(argv: list[str] | None = None) -> int:
     up_port = free_port()
     up = Instance(
         "fake-upstream",
-        [PYTHON, str(HERE / "fake_upstream.py"), "--port", str(up_port), "--lifetime", str(int(budget))],
+        fast.command(up_port, int(budget)),
         port=up_port,
     )
     up.start(workdir)
@@ -767,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
                 shift = rnd % max(len(live), 1)
                 for t in live[shift:] + live[:shift]:
                     inst = t.for_body(cell.body)
-                    cpu = ab.cpu_seconds(inst.pid)
+                    cpu = ab.cpu_seconds_of(inst.pid)
                     r = run_wrk(
                         inst.port,
                         body_paths[cell.body],
@@ -775,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.duration,
                         timeout=args.duration + 90,
                     )
-                    after = ab.cpu_seconds(inst.pid)
+                    after = ab.cpu_seconds_of(inst.pid)
                     if "error" not in r and cpu is not None and after is not None and r["requests"]:
                         r["cpu_us"] = (after - cpu) / r["requests"] * 1e6
                     raw[t.name].setdefault(cell.key, []).append(r)

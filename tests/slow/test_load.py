@@ -19,15 +19,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.support.load import (
-    RoundResult,
-    cpu_seconds,
-    drive,
-    fd_count,
-    proxy_process,
-    rss_kib,
-    upstream_process,
-)
+from tests.support.load import RoundResult, drive, proxy_process, upstream_process
+from tests.support.proc import cpu_seconds, fd_count, rss_kib
 from tests.support.upstreams.faulty import serve_in_thread, sse_body
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""A fast fake OpenAI-compatible upstream for benchmarks.
+"""A fast fake OpenAI-compatible upstream, for measuring what stands in front of it.
 
 It must cost far less than any proxy put in front of it, so it is a raw asyncio protocol with
 httptools parsing HTTP/1.1 (keep-alive, pipelining, chunked request bodies, ``Expect:
@@ -12,7 +12,9 @@ httptools parsing HTTP/1.1 (keep-alive, pipelining, chunked request bodies, ``Ex
   model name ending in ``@delay=N`` overrides the delay for that request.
 - ``GET /v1/models``: one model.
 
-``python -m benchmarks.throughput.fake_upstream --port P`` serves until ``--lifetime`` seconds have passed.
+``python tests/support/upstreams/fast.py --port P`` serves until ``--lifetime`` seconds have passed;
+`running_fast_upstream()` starts it so, as a process of its own (it must not share a GIL with what it
+serves or with the load), and stops it.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ import collections
 import contextlib
 import re
 import signal
+import sys
 import time
 import typing
+from collections.abc import Iterator
+from pathlib import Path
 
 import httptools
 import orjson
@@ -213,6 +218,21 @@ async def serve(host: str, port: int, chunks: int, delay: float, lifetime: float
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=lifetime)
     server.close()
+
+
+def command(port: int, lifetime: float) -> list[str]:
+    """Its command line as a process on `port`, stopping by itself after `lifetime` seconds."""
+    return [sys.executable, str(Path(__file__).resolve()), "--port", str(port), "--lifetime", str(lifetime)]
+
+
+@contextlib.contextmanager
+def running_fast_upstream(lifetime: float = 3600) -> Iterator[int]:
+    """The upstream as a process of its own on a free loopback port, until the block ends; yields the port."""
+    from tests.support.processes import free_port, running  # here: run by its path, the server needs neither
+
+    port = free_port()
+    with running(command(port, lifetime), ready_url=f"http://127.0.0.1:{port}/v1/models"):
+        yield port
 
 
 def main() -> None:
