@@ -1,5 +1,5 @@
 """A huge body's cost and the proxy's answers meanwhile (issue 23, row 9):
-``python -m benchmarks.throughput.bench_huge_body [--baseline DIR] [--rounds N]``.
+``python -m benchmarks.throughput.bench_huge_body [--baseline DIR] [--rounds N] [--quick]``.
 
 A Responses body of 200,000 items (15 MB, 100,000 `function_call`s each answered) is posted to the
 real process, in front of a recording upstream, `--rounds` times, while `/healthz` is polled every
@@ -82,7 +82,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--baseline", type=Path)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--quick", action="store_true", help="one round")
     args = parser.parse_args()
+    args.rounds = 1 if args.quick else args.rounds
     content = function_calls(100_000)
     checkouts = {"this branch": ROOT, **({str(args.baseline): args.baseline} if args.baseline else {})}
     figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in checkouts}
