@@ -46,5 +46,5 @@ fi
 
 .venv/bin/ruff check proxy tests scripts benchmarks
 .venv/bin/ruff format --check proxy tests scripts benchmarks
-.venv/bin/mypy proxy
+.venv/bin/mypy proxy benchmarks
 .venv/bin/python -m pytest "${MARKERS[@]}" "$@"

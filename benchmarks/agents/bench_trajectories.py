@@ -59,7 +59,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from benchmarks.agents import trajectories as gen
 from benchmarks.cache.bench_cache import write_section
@@ -71,6 +71,7 @@ from proxy.engine.plan import plan_chat
 from proxy.settings import Settings
 from proxy.upstream.overflow import Overflow
 from proxy.upstream.planner import Planner
+from proxy.upstream.probes import UpstreamTokenCounter
 from tests.support.cache_replay import plain_proxy
 
 HERE = Path(__file__).resolve().parent
@@ -190,7 +191,8 @@ def ours_replay(
 ) -> list[list[Message] | None]:
     """Every request through a fresh planner, as the server plans, forwards, learns and retries."""
     settings = settings_for(window)
-    planner = Planner(settings, exact=Tokenize(exact) if tokenize else None)
+    counter = cast(UpstreamTokenCounter, Tokenize(exact))  # Planner names the class its count has
+    planner = Planner(settings, exact=counter if tokenize else None)
     loop = asyncio.new_event_loop()
     sent: list[list[Message] | None] = []
     body = trajectory.body

@@ -11,11 +11,12 @@ import json
 import re
 
 from benchmarks.agents import trajectories as gen
+from benchmarks.agents.trajectory_tasks import TASKS
 
 
 def check() -> None:
     """The shapes each framework sends, checked on a short trajectory of each (assertions)."""
-    task = gen.TASKS[2]
+    task = TASKS[2]
     mini = gen.generate("mini-swe-agent", task, 0, chars=20_000, max_steps=30)
     roles = [m["role"] for m in mini.messages]
     assert roles[:2] == ["system", "user"] and roles[-1] == "assistant"

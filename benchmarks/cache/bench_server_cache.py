@@ -124,6 +124,11 @@ SENDERS = ("direct", "seed", "ours")
 TRADEOFF_KNOBS = [(0.6, 0.8), (0.6, 1.0), (0.6, 0.6), (0.5, 0.8), (0.4, 0.8)]
 
 
+def messages_of(compactor: cache_replay.Compactor) -> Callable[[list[Message]], list[Message]]:
+    """What a compactor sends for a history, as a sender's shape of it."""
+    return lambda history: compactor(history).messages
+
+
 def appended_tokens(base_url: str, requests: list[list[Message]]) -> list[int]:
     """What the client appends at each request: the server's count of its whole history, less the
     previous request's (the first request's whole)."""
@@ -160,7 +165,7 @@ def measure(
                 appended = appended_tokens(server.base_url, requests)
             shapes: dict[str, Callable[[list[Message]], list[Message]]] = {
                 "direct": lambda h: h,
-                "seed": lambda h, seed=seed: seed(h).messages,
+                "seed": messages_of(seed),
                 "ours": lambda h: h,
             }
             for sender in senders:
@@ -176,6 +181,7 @@ def measure(
                                 "auto",
                                 tokenizer="upstream",
                                 upstream_kind="openai",
+                                args=(),
                                 **(proxy_settings or {}),
                             )
                         ).base_url

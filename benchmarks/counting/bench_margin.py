@@ -88,7 +88,7 @@ async def run(fractions: list[float], seeds: int) -> list[str]:
     ]
     totals = {"over": 0, "false": 0}
     for label, model, count in modes:
-        planner = Planner(Settings(_env_file=None, window=WINDOW, upstream_kind="openai"))
+        planner = Planner(Settings(_env_file=None, window=WINDOW, upstream_kind="openai"))  # type: ignore[call-arg]
         for kind in KINDS:
             n = fwd = compacted = refused = over = false = bare = 0
             for seed in range(1, seeds + 1):
@@ -130,7 +130,7 @@ async def rejecting_rows(fractions: list[float], seeds: int) -> list[str]:
     ]
     total = 0
     for name, count in counters.items():
-        settings = Settings(
+        settings = Settings(  # type: ignore[call-arg]
             _env_file=None, window=WINDOW, upstream_kind="openai", upstream_rejects_overflow=True
         )
         planner = Planner(settings)

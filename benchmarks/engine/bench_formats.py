@@ -69,7 +69,7 @@ def main() -> None:
     args = parser.parse_args()
     repeats = 3 if args.quick else 9
     counter = RequestCounter(text_counter("estimate"))
-    formats = {"chat": CHAT, "responses": RESPONSES, "messages": ANTHROPIC}
+    formats: dict[str, WireFormat] = {"chat": CHAT, "responses": RESPONSES, "messages": ANTHROPIC}
     print("| messages | format | ms (median) | ratio to chat |")
     print("| --- | --- | --- | --- |")
     for size in SIZES[:2] if args.quick else SIZES:

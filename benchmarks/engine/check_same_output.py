@@ -78,7 +78,7 @@ async def outputs(cases: Path) -> dict[str, str]:
     hashes: dict[str, str] = {}
     for window in WINDOWS:
         app = create_app(
-            Settings(upstream_url="http://upstream.test/v1", window=window),  # type: ignore[call-arg]
+            Settings(upstream_url="http://upstream.test/v1", window=window),
             transport=httpx.MockTransport(upstream),
         )
         async with app.router.lifespan_context(app):

@@ -31,7 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.agents.bench_trajectories import assistant_text, facts_of, text_of
+from benchmarks.agents.bench_trajectories import assistant_text, facts_of
+from proxy.counting.tokens import text_of
 from proxy.engine.notes import build_note
 
 Message = dict[str, Any]

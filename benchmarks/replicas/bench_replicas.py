@@ -56,7 +56,7 @@ def main() -> None:
         redis = stack.enter_context(running_redis())
         settings = {"cache_url": redis.url}
         proxies = [
-            stack.enter_context(running_proxy(f"http://127.0.0.1:{port}/v1", 1_000_000, **settings))
+            stack.enter_context(running_proxy(f"http://127.0.0.1:{port}/v1", 1_000_000, args=(), **settings))
             for _ in range(3)
         ]
         alone = stack.enter_context(running_proxy(f"http://127.0.0.1:{port}/v1", 1_000_000))

@@ -78,7 +78,7 @@ def build_httpx_client(transport: str, upstream: str) -> httpx.AsyncClient:
         pool = httpx.AsyncHTTPTransport(http1=True, http2=False, retries=0, limits=BIG_POOL)
         return httpx.AsyncClient(base_url=upstream, timeout=TIMEOUT, transport=pool, trust_env=False)
     if transport == "httpx-fixedpool":
-        from httpcore_pool_fix import fixed_pool_transport
+        from httpcore_pool_fix import fixed_pool_transport  # type: ignore[import-not-found]  # run by its path
 
         return httpx.AsyncClient(
             base_url=upstream, timeout=TIMEOUT, transport=fixed_pool_transport(BIG_POOL), trust_env=False

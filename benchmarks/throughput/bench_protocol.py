@@ -84,10 +84,9 @@ def proxy_protocol(code: Path) -> Any:
 
 def child(kind: str, code: Path, requests: int) -> None:
     """In a process of its own: time the plain protocol, or the proxy's of the checkout at `code`."""
-    if kind == "plain":
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol_class
-    else:
-        protocol_class = proxy_protocol(code)
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    protocol_class = HttpToolsProtocol if kind == "plain" else proxy_protocol(code)
     print(asyncio.run(time_protocol(protocol_class, requests)))
 
 

@@ -170,7 +170,7 @@ class RssSampler(threading.Thread):
 
     @staticmethod
     def rss(pid: int) -> int:
-        import psutil
+        import psutil  # type: ignore[import-untyped]  # its one use here; no stubs installed for it
 
         try:
             proc = psutil.Process(pid)
