@@ -16,15 +16,7 @@ from proxy.bodies.jsonbody import dump_json, parse_json_object
 from proxy.bodies.offload import Offloader
 from proxy.bodies.split_parse import SplitParser, assemble, split, weight
 from proxy.errors import ProxyError
-
-
-def function_calls(calls: int) -> bytes:
-    items: list[dict[str, Any]] = []
-    for i in range(calls):
-        items.append({"type": "function_call", "call_id": f"call_{i}", "name": "f", "arguments": "{}"})
-        items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": "ok"})
-    items.append({"role": "user", "content": "and now?"})
-    return json.dumps({"model": "m", "input": items}).encode()
+from tests.support.hostile import function_calls
 
 
 def same(a: Any, b: Any) -> bool:

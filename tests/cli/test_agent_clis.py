@@ -9,21 +9,11 @@ and proxied, is `python -m benchmarks.agents.bench_agent_clis`.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.support.agent_clis import CLIENTS, Run, claude_result, installed, run
+from tests.support.agent_clis import CLIENTS, NEEDS_THE_CLIS, Run, claude_result, run
 
-pytestmark = [
-    pytest.mark.cli,
-    pytest.mark.timeout(600),
-    # Skipped by hand without them; in CI (which installs them) their absence is a failure, not a skip.
-    pytest.mark.skipif(
-        not all(installed(c) for c in CLIENTS) and os.environ.get("CI") != "true",
-        reason="the CLIs are not installed: npm install --prefix tests/clis (scripts/test.sh does)",
-    ),
-]
+pytestmark = [pytest.mark.cli, pytest.mark.timeout(600), NEEDS_THE_CLIS]
 STEPS = 60
 
 

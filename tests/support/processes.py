@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 VENV_BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]  # where `python -m tests.support...` finds the package
 STOP_TIMEOUT_S = 5.0
 
 
@@ -81,6 +82,24 @@ def wait_healthy(
             time.sleep(0.05)
     stop(process)
     raise ServerStartError(f"{name} not healthy after {timeout:.0f} s; log tail:\n{log_tail(log_path)}")
+
+
+@contextmanager
+def serving(cmd: list[str], port: int, log_path: Path, *, name: str) -> Iterator[str]:
+    """`cmd`, run from the repository's root with its output in `log_path`, until the block ends:
+    yields its base URL once its `/healthz` answers, and prints its log's tail if it ended badly."""
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, "/healthz", process, log_path, timeout=30, name=name)
+        yield base
+    finally:
+        stop(process)
+        if process.returncode not in (0, -15):
+            print(log_tail(log_path))
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

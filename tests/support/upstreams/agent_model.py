@@ -68,7 +68,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.counting.tokenizers import load_text_counter
-from tests.support.upstreams.formats import response_object, response_usage
+from tests.support.upstreams.formats import json_response, response_object, response_usage, sse
 
 TASK_MARK = "agent-task-7f3a"
 DONE_MARK = "TASK-COMPLETE"
@@ -267,19 +267,6 @@ class Recorder:
                 **more,
             }
         )
-
-
-def json_response(value: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(value), status_code=status, media_type="application/json")
-
-
-def sse(events: Iterator[tuple[str | None, Any]]) -> Response:
-    chunks = []
-    for name, data in events:
-        head = f"event: {name}\n".encode() if name else b""
-        payload = data if isinstance(data, bytes) else orjson.dumps(data)
-        chunks.append(head + b"data: " + payload + b"\n\n")
-    return Response(b"".join(chunks), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
 def text_of(content: Any) -> str:
@@ -534,36 +521,11 @@ async def responses(request: Request) -> Response:
                     output_index=i,
                     item={**item, "status": "in_progress", "content": []},
                 )
-                yield ev(
-                    "response.content_part.added",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=0,
-                    part={**part, "text": ""},
-                )
-                yield ev(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=0,
-                    delta=part["text"],
-                    logprobs=[],
-                )
-                yield ev(
-                    "response.output_text.done",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=0,
-                    text=part["text"],
-                    logprobs=[],
-                )
-                yield ev(
-                    "response.content_part.done",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=0,
-                    part=part,
-                )
+                at = {"item_id": item["id"], "output_index": i, "content_index": 0}  # the text part's place
+                yield ev("response.content_part.added", **at, part={**part, "text": ""})
+                yield ev("response.output_text.delta", **at, delta=part["text"], logprobs=[])
+                yield ev("response.output_text.done", **at, text=part["text"], logprobs=[])
+                yield ev("response.content_part.done", **at, part=part)
             else:
                 yield ev(
                     "response.output_item.added",

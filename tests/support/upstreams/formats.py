@@ -88,16 +88,19 @@ def prompt_tokens(*parts: Any) -> int:
 
 
 def json_response(value: Any, status: int = 200) -> Response:
+    """A JSON answer, as every fake model server here sends one."""
     return Response(orjson.dumps(value), status_code=status, media_type="application/json")
 
 
 def sse(events: Iterator[tuple[str | None, Any]]) -> Response:
+    """Server-sent events as the APIs frame them: an `event:` line where the API names its events
+    (Anthropic's, Responses'), `data:` with the JSON (or the bytes as given, `[DONE]`), not cached."""
     lines = []
     for name, data in events:
         head = f"event: {name}\n".encode() if name else b""
         payload = data if isinstance(data, bytes) else orjson.dumps(data)
         lines.append(head + b"data: " + payload + b"\n\n")
-    return Response(b"".join(lines), media_type="text/event-stream")
+    return Response(b"".join(lines), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
 def responses_problem(items: Any) -> str | None:

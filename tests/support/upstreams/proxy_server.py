@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.processes import free_port, log_tail, stop, wait_healthy
+from tests.support.processes import free_port, log_tail, running, stop, wait_healthy
 
 STARTUP_TIMEOUT_S = 20.0
 
@@ -31,6 +31,16 @@ class ProxyServer:
 
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
+
+
+@contextmanager
+def running_stub(window: int | None = None) -> Iterator[str]:
+    """The project's stub model server (`python -m proxy.stub`), of `window` tokens if given, on a
+    free port until the block ends; yields its /v1 URL."""
+    port, sized = free_port(), ["--window", str(window)] if window is not None else []
+    stub = [sys.executable, "-m", "proxy.stub", "--port", str(port), *sized]
+    with running(stub, ready_url=f"http://127.0.0.1:{port}/v1/models"):
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def proxy_command() -> list[str]:
