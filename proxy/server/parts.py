@@ -97,6 +97,8 @@ class Parts:
         if shared and records.enabled:
             SharedRecords(shared, records)  # every replica's page shows every replica's traffic
         metrics.watch_table("ui_records", functools.partial(len, records))
+        metrics.watch_table("ui_pages", functools.partial(len, records.pages))
+        metrics.watch_table_bytes("ui_pages", lambda: records.pages.backlog_bytes)
         return cls(
             settings=settings,
             metrics=metrics,

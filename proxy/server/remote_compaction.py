@@ -31,6 +31,7 @@ from proxy.formats.responses_compaction import (
     left_to_the_item,
     seal,
 )
+from proxy.live.entries import Remote
 from proxy.server.flight import Flight
 from proxy.server.parts import Parts
 from proxy.settings import Settings
@@ -103,6 +104,9 @@ class RemoteCompaction:
         else:
             before = after = 0
         left = left_to_the_item(history["input"], items)
+        if conversation is not None:  # on the live page: what the item replaced
+            remote = Remote(first, len(history["input"]), len(left))
+            parts.records.add(request.scope["headers"], wire.name, conversation, plan, remote=remote)
         streamed = wire.streamed(body)
         content = compaction_answer(
             str(body.get("model") or ""), seal(left, self.key), before, after, streamed=streamed

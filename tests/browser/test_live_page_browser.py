@@ -105,9 +105,8 @@ class Sent:
 
 def test_the_page_follows_an_agent_loop_live(proxy: ProxyServer, tmp_path: Path) -> None:
     client = httpx.Client(base_url=proxy.base_url, timeout=30)
-    with live_page(proxy.base_url, wait_ms=PAGE_WAIT_MS) as page:
+    with live_page(proxy.base_url, PAGE_WAIT_MS) as page:
         assert page.locator(".convs li").count() == 0
-        page.evaluate("window.__notReloaded = true")
 
         totals, per = Sent(), {"chat": Sent(), "messages": Sent()}
         seen: dict[str, dict[int, str]] = {"chat": {}, "messages": {}}

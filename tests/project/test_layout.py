@@ -249,8 +249,8 @@ def test_each_group_is_a_package_that_says_what_it_measures() -> None:
 @pytest.mark.parametrize(
     ("name", "goes"),
     [
-        ("bench_window_use.py", "counting/: the count and the estimate"),
-        ("bench_headroom.py", "agents/: the real agent CLIs and real agent trajectories"),
+        ("bench_not_written_yet.py", "counting/: the count and the estimate"),
+        ("check_not_written_yet.py", "agents/: the real agent CLIs and real agent trajectories"),
         ("bench_notes.py", "benchmarks/notes/bench_notes.py is the module of that name now"),
         ("chat_bodies.py", "benchmarks/throughput/chat_bodies.py is the module of that name now"),
     ],

@@ -181,10 +181,10 @@ def next_event(lines: Iterator[str]) -> tuple[str, dict[str, Any]]:
 
 
 @contextmanager
-def live_page(base_url: str, *, wait_ms: int) -> Iterator[Any]:
-    """Debian's Chromium, driven by Playwright, on the live page of the proxy at `base_url`, once the
-    page says it is live (within `wait_ms`); closed after the block."""
-    from playwright.sync_api import sync_playwright  # the browser tier's: no other reads Playwright
+def live_page(base_url: str, wait_ms: int) -> Iterator[Any]:
+    """Debian's Chromium showing the live page of the proxy at `base_url`, once its stream is live,
+    marked so that a reload would show (`window.__notReloaded`)."""
+    from playwright.sync_api import sync_playwright  # the browser tier's, imported by it alone
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -192,6 +192,7 @@ def live_page(base_url: str, *, wait_ms: int) -> Iterator[Any]:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.goto(base_url + "/ui")
             page.wait_for_selector(".conn.live", timeout=wait_ms)
+            page.evaluate("window.__notReloaded = true")
             yield page
         finally:
             browser.close()
