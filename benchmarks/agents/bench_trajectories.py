@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from benchmarks.agents import trajectories as gen
-from benchmarks.cache.bench_cache import write_section
+from benchmarks.cache.bench_cache import add_write_option, publish
 from benchmarks.cache.bench_loops import CLEARED, clear_tool_uses
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MemoTextCounter, RequestCounter, TextCounter, text_of
@@ -401,12 +401,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--regenerate", action="store_true", help="make the trajectories again, not from the cache"
     )
-    parser.add_argument(
-        "--write",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="write this script's section of BENCHMARKS.md (default: on without --quick)",
-    )
+    add_write_option(parser, "BENCHMARKS.md")
     args = parser.parse_args(argv)
     for key in [k for k in os.environ if k.startswith("COMPACT_")]:
         del os.environ[key]  # the default settings, whatever the shell says
@@ -429,9 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     text = markdown(runs, TRAJECTORIES, command, time.perf_counter() - started, Exact("cl100k_base"))
     print(text)
-    if args.write if args.write is not None else not args.quick:
-        write_section(BENCHMARKS_MD, "bench_trajectories", text)
-        print(f"wrote {BENCHMARKS_MD}", file=sys.stderr)
+    publish(args, BENCHMARKS_MD, "bench_trajectories", text)
 
 
 if __name__ == "__main__":

@@ -339,6 +339,20 @@ def engine_state() -> str:
     return f"commit {head}" + (f" with uncommitted changes in {', '.join(files)}" if files else "")
 
 
+def add_write_option(parser: argparse.ArgumentParser, page: str) -> None:
+    """`--write` / `--no-write`: whether the script writes its section of `page`; by default a full
+    run does and a `--quick` one does not (the suite's runs leave the published figures alone)."""
+    help = f"write this script's section of {page} (default: on without --quick)"
+    parser.add_argument("--write", action=argparse.BooleanOptionalAction, default=None, help=help)
+
+
+def publish(args: argparse.Namespace, path: Path, name: str, text: str) -> None:
+    """The script's section `name` of `path` written, if `--write` (or a full run) says so."""
+    if args.write if args.write is not None else not args.quick:
+        write_section(path, name, text)
+        print(f"wrote {path}", file=sys.stderr)
+
+
 def write_section(path: Path, name: str, text: str) -> None:
     """Replace a script's section of a Markdown page (between its markers), keeping the others."""
     begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
@@ -370,12 +384,7 @@ def main(argv: list[str] | None = None) -> None:
         help="replay one model call a turn (at each user request) instead of every call",
     )
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    parser.add_argument(
-        "--write",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="write this script's section of benchmarks/cache/CACHE.md (default: on without --quick)",
-    )
+    add_write_option(parser, "benchmarks/cache/CACHE.md")
     args = parser.parse_args(argv)
     turns = args.turns or (120 if args.quick else 200)
     default_windows = "8000,32000" if args.quick else "8000,32000,128000"
@@ -398,9 +407,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     text = markdown(conversation, reports, command)
     print(text)
-    if args.write if args.write is not None else not args.quick:
-        write_section(CACHE_MD, "bench_cache per-turn" if args.per_turn else "bench_cache", text)
-        print(f"wrote {CACHE_MD}", file=sys.stderr)
+    publish(args, CACHE_MD, "bench_cache per-turn" if args.per_turn else "bench_cache", text)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ from typing import Any
 import orjson
 
 from benchmarks.cache import agent_loops as sim
-from benchmarks.cache.bench_cache import write_section
+from benchmarks.cache.bench_cache import add_write_option, publish
 from proxy.counting.cache import LruCache
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MemoTextCounter, RequestCounter
@@ -323,12 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--windows", type=str, default="8000,32000,128000")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    parser.add_argument(
-        "--write",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="write this script's section of BENCHMARKS.md (default: on without --quick)",
-    )
+    add_write_option(parser, "BENCHMARKS.md")
     args = parser.parse_args(argv)
     tokenizers = (args.tokenizers or ("cl100k_base" if args.quick else "cl100k_base,qwen3")).split(",")
     windows = [int(w) for w in args.windows.split(",")]
@@ -340,9 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         runs = [run for batch in pool.map(measure, jobs) for run in batch]
     text = markdown(runs, sim.loops(args.quick, args.seed), command, time.perf_counter() - started)
     print(text)
-    if args.write if args.write is not None else not args.quick:
-        write_section(BENCHMARKS_MD, "bench_loops", text)
-        print(f"wrote {BENCHMARKS_MD}", file=sys.stderr)
+    publish(args, BENCHMARKS_MD, "bench_loops", text)
 
 
 if __name__ == "__main__":

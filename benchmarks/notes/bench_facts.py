@@ -90,12 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--tokens-per-turn", type=int, default=1900)
     parser.add_argument("--seeds", type=str, help="comma-separated, default 0,1,2 (0 with --quick)")
-    parser.add_argument(
-        "--write",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="write this script's section of benchmarks/cache/CACHE.md (default: on without --quick)",
-    )
+    bench_cache.add_write_option(parser, "benchmarks/cache/CACHE.md")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1,2")).split(",")]
     conversations = [sim.simulate(args.turns, tokens_per_turn=args.tokens_per_turn, seed=s) for s in seeds]
@@ -103,9 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     command = " ".join(["python -m benchmarks.notes.bench_facts", *map(shlex.quote, given)])
     text = markdown(measure_facts(conversations), conversations, command)
     print(text)
-    if args.write if args.write is not None else not args.quick:
-        bench_cache.write_section(bench_cache.CACHE_MD, "bench_facts", text)
-        print(f"wrote {bench_cache.CACHE_MD}", file=sys.stderr)
+    bench_cache.publish(args, bench_cache.CACHE_MD, "bench_facts", text)
 
 
 if __name__ == "__main__":

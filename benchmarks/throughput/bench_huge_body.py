@@ -20,30 +20,11 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.hostile import Hostile, ScriptedHandler, Seen, function_calls, hostile_upstream
+from tests.support.health import answer_all
+from tests.support.hostile import function_calls, hostile_upstream
 from tests.support.processes import free_port, running
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def answer_responses(hostile: Hostile) -> None:
-    """The upstream answers a Responses request with a small completed response."""
-
-    def responses(h: ScriptedHandler, seen: Seen) -> None:
-        usage = {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11}
-        h.json(
-            200,
-            {
-                "id": "resp_1",
-                "object": "response",
-                "status": "completed",
-                "model": "m",
-                "output": [],
-                "usage": usage,
-            },
-        )
-
-    hostile.routes["/v1/responses"] = responses
 
 
 def one_round(url: str, content: bytes) -> tuple[float, float, float]:
@@ -89,7 +70,7 @@ def main() -> None:
     checkouts = {"this branch": ROOT, **({str(args.baseline): args.baseline} if args.baseline else {})}
     figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in checkouts}
     with hostile_upstream() as hostile:
-        answer_responses(hostile)
+        answer_all(hostile)
         for _ in range(args.rounds):
             for name, root in checkouts.items():
                 port = free_port()

@@ -9,7 +9,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,8 @@ import httpx
 import pytest
 
 from tests.support import fake_clis
-from tests.support.processes import free_port, running
-from tests.support.upstreams.proxy_server import proxy_command, running_proxy
+from tests.support.processes import free_port, running_module
+from tests.support.upstreams.proxy_server import proxy_command, running_proxy, running_stub
 
 pytestmark = pytest.mark.process
 WINDOW = 8000
@@ -27,27 +26,15 @@ WINDOW = 8000
 
 @pytest.fixture(scope="module")
 def stub() -> Iterator[str]:
-    port = free_port()
-    args = [sys.executable, "-m", "proxy.stub", "--port", str(port), "--window", str(WINDOW)]
-    with running(args, ready_url=f"http://127.0.0.1:{port}/v1/models"):
-        yield f"http://127.0.0.1:{port}/v1"
+    with running_stub(WINDOW) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def recording() -> Iterator[str]:
     """An upstream that keeps every request it gets, headers included (`GET /_recorded`)."""
-    port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "tests.support.upstreams.formats",
-        "--port",
-        str(port),
-        "--window",
-        "100000",
-    ]
-    with running(args, ready_url=f"http://127.0.0.1:{port}/_recorded"):
-        yield f"http://127.0.0.1:{port}"
+    with running_module("tests.support.upstreams.formats", "--window", "100000", ready="/_recorded") as url:
+        yield url
 
 
 @pytest.fixture

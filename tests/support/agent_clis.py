@@ -321,19 +321,9 @@ def run(
             )
             code, output = run_cli(cmd, tree, env, timeout)
             recorded = httpx.get(f"{base}/_recorded", timeout=30).json()
-            sent_bodies = httpx.get(f"{base}/_sent", timeout=60).json() if proxied else {}
-        return summarise(
-            client,
-            window,
-            proxied,
-            thinking,
-            steps,
-            code,
-            output,
-            recorded,
-            sent_bodies,
-            time.monotonic() - started,
-        )
+            sent = httpx.get(f"{base}/_sent", timeout=60).json() if proxied else {}
+        seconds = time.monotonic() - started
+        return summarise(client, window, proxied, thinking, steps, code, output, recorded, sent, seconds)
 
 
 @contextmanager

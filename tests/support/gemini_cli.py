@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.agent_clis import BIN, CLIS, TASK, lay_out_tree
 from tests.support.processes import free_port, serving
@@ -36,6 +37,13 @@ API_KEY = "gemini-test-key-5d1e"
 
 def installed() -> bool:
     return GEMINI.exists()
+
+
+# Skipped by hand without it; in CI (which installs it) its absence is a failure, not a skip.
+NEEDS_GEMINI_CLI = pytest.mark.skipif(
+    not installed() and os.environ.get("CI") != "true",
+    reason="Gemini CLI is not installed: npm install --prefix tests/clis (scripts/test.sh does)",
+)
 
 
 def version() -> str:

@@ -150,6 +150,22 @@ def response_object(
     }
 
 
+def message_object(
+    n: int, body: dict[str, Any], content: list[Any], stop_reason: str, usage: dict[str, Any]
+) -> dict[str, Any]:
+    """An Anthropic Messages `Message`, the `n`th answer, as the API returns it and starts its stream."""
+    return {
+        "id": f"msg_{n:024d}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", ""),
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
 def response_usage(input_tokens: int, output_tokens: int = 6) -> dict[str, Any]:
     return {
         "input_tokens": input_tokens,
@@ -279,16 +295,9 @@ async def messages(request: Request) -> Response:
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": cached,
     }
-    message = {
-        "id": f"msg_{n:024d}",
-        "type": "message",
-        "role": "assistant",
-        "model": body.get("model", ""),
-        "content": [{"type": "text", "text": REPLY}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {**usage, "output_tokens": 6},
-    }
+    message = message_object(
+        n, body, [{"type": "text", "text": REPLY}], "end_turn", {**usage, "output_tokens": 6}
+    )
     if body.get("stream") is not True:
         return json_response(message)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.processes import free_port, log_tail, running, stop, wait_healthy
+from tests.support.processes import free_port, log_tail, running_module, started
 
 STARTUP_TIMEOUT_S = 20.0
 
@@ -37,10 +37,8 @@ class ProxyServer:
 def running_stub(window: int | None = None) -> Iterator[str]:
     """The project's stub model server (`python -m proxy.stub`), of `window` tokens if given, on a
     free port until the block ends; yields its /v1 URL."""
-    port, sized = free_port(), ["--window", str(window)] if window is not None else []
-    stub = [sys.executable, "-m", "proxy.stub", "--port", str(port), *sized]
-    with running(stub, ready_url=f"http://127.0.0.1:{port}/v1/models"):
-        yield f"http://127.0.0.1:{port}/v1"
+    with running_module("proxy.stub", *(["--window", str(window)] if window is not None else [])) as root:
+        yield f"{root}/v1"
 
 
 def proxy_command() -> list[str]:
@@ -64,23 +62,17 @@ def running_proxy(
         port = free_port()
         log_path = Path(tmp) / "proxy.log"
         cmd = [*proxy_command(), "--host", "127.0.0.1", "--port", str(port), *args]
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                cmd, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        server = ProxyServer(f"http://127.0.0.1:{port}", process, log_path)
-        try:
-            wait_healthy(
-                server.base_url,
-                "/healthz",
-                process,
-                log_path,
-                timeout=STARTUP_TIMEOUT_S,
-                name="compacting-proxy",
-            )
-            yield server
-        finally:
-            stop(process)
+        with started(
+            cmd,
+            port=port,
+            health="/healthz",
+            log_path=log_path,
+            name="compacting-proxy",
+            cwd=Path(tmp),
+            env=env,
+            timeout=STARTUP_TIMEOUT_S,
+        ) as process:
+            yield ProxyServer(f"http://127.0.0.1:{port}", process, log_path)
 
 
 RETRIES = re.compile(r'^compacting_proxy_overflow_retries_total\{outcome="retried"\} (\S+)$', re.M)
