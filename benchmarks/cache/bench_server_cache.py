@@ -48,8 +48,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
+from benchmarks.agents.real_trajectories import DEFAULT_REAL, load_real
 from benchmarks.cache import agent_loops
-from benchmarks.notes.bench_notes import DEFAULT_REAL, load_real
 from proxy.counting.tokens import RequestCounter
 from proxy.settings import Settings
 from proxy.upstream.counters import text_counter
