@@ -23,7 +23,7 @@ from proxy.counting.cache import LruCache
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.compaction import compact
 from proxy.engine.index import Budget, Policy
-from proxy.upstream.counters import text_counter
+from proxy.planning.counters import text_counter
 from tests.support.conversations import agent_chat
 
 SIZES = (100, 300, 1_000, 3_000, 10_000)

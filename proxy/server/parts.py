@@ -11,6 +11,7 @@ background; `aclose` closes what they opened. What a request does with them is `
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from dataclasses import dataclass
@@ -23,13 +24,13 @@ from proxy.bridges.ollama.detection import OllamaUpstream
 from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
 from proxy.metrics import Metrics
+from proxy.planning.planner import Planner
 from proxy.server.flight import Credentials
 from proxy.server.live import Records
 from proxy.server.live.shared import SharedRecords
 from proxy.server.readiness import Readiness
 from proxy.settings import Settings
 from proxy.upstream.forwarding import Upstream, build_timeout
-from proxy.upstream.planner import Planner
 from proxy.upstream.probes import DetectedWindow, UpstreamTokenCounter, WindowDetector
 from proxy.upstream.shared_state import SharedCalibrator, SharedState, SharedTable
 from proxy.upstream.summarizer import Summarizer
@@ -110,7 +111,10 @@ class Parts:
         )
 
     async def start(self) -> None:
-        """Start sharing what this replica learns (in the background: requests never wait for it)."""
+        """Read the vocabularies the planner counts with (0.1-1 s each, in a worker thread), before
+        the process serves anything, `/readyz` included: never inside a request. Then start sharing
+        what this replica learns (in the background: requests never wait for it)."""
+        await asyncio.to_thread(self.planner.vocabularies.load)
         if self.shared:
             await self.shared.start()
 

@@ -24,6 +24,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.counting.calibration import Truncation
 from proxy.engine.plan import ChatPlan
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
@@ -43,7 +44,6 @@ from proxy.server.remote_compaction import RemoteCompaction
 from proxy.server.split_parse import SPLIT_PARSER
 from proxy.server.ways import Direct, Passing
 from proxy.upstream.overflow import OVERFLOW_STATUSES, parse_overflow
-from proxy.upstream.prompt_reports import Truncation
 from proxy.upstream.streaming import read_raw
 from proxy.upstream.way import Answer, read_already
 

@@ -7,8 +7,8 @@ import pytest
 
 from proxy.counting.by_model import tokenizer_for_model
 from proxy.counting.tokenizers import load_text_counter
+from proxy.planning.planner import Planner
 from proxy.settings import Settings
-from proxy.upstream.planner import Planner
 from tests.support.kinds import text_of_kind
 
 
@@ -64,18 +64,19 @@ async def test_a_named_model_is_counted_exactly_by_default(spec: str) -> None:
     text = body["messages"][0]["content"]  # type: ignore[index]
     assert plan.result.tokens_before >= count(text)
     off = Planner(Settings(_env_file=None, window=8192, upstream_kind="openai", tokenizer_by_model=False))
-    assert (await off.plan(body)).counted_by == "estimate"
+    assert (await off.plan(body)).counted_by == "heaviest", "as an unnamed model is"
 
 
-async def test_an_unnamed_model_keeps_the_estimate() -> None:
+async def test_an_unnamed_model_is_counted_with_the_four_vocabularies() -> None:
+    """Near its line (Chinese: the byte bound proves nothing), by the heaviest of the four."""
     planner = Planner(Settings(_env_file=None, window=8192, upstream_kind="openai"))
     plan = await planner.plan(chinese_request("my-finetune"))
-    assert plan.counted_by == "estimate" and plan.margin > 0.4
+    assert plan.counted_by == "heaviest" and plan.guessed and plan.margin == 0.02
 
 
 async def test_a_server_counting_more_than_the_bundled_tokenizer_is_learned() -> None:
     """Its chat template, a fine-tune's vocabulary: the exact count is scaled up by what the server
-    reports (never down: a lighter report is no reason to trust the count less)."""
+    reports. A lighter report is learned too, but never scales the vocabulary's own count down."""
     try:
         load_text_counter("qwen2.5")
     except RuntimeError:
@@ -88,5 +89,6 @@ async def test_a_server_counting_more_than_the_bundled_tokenizer_is_learned() ->
     second = await planner.plan(body)
     assert second.counted_by == "qwen2.5" and second.factor >= 1.25
     assert second.result.tokens_before > first.result.tokens_before
-    planner.read_report(second, int(second.result.tokens_after * 0.5))  # lighter: ignored
-    assert (await planner.plan(body)).factor >= 1.25
+    planner.read_report(second, int(second.result.tokens_after * 0.5))  # lighter
+    assert planner.calibrator.factor("qwen2.5:7b\x00qwen2.5") < second.factor, "learned"
+    assert (await planner.plan(body)).factor >= 1.0

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.engine.plan import ChatPlan
+from proxy.planning.planner import Planner
 from proxy.settings import Settings
-from proxy.upstream.planner import Planner
 
 Message = dict[str, Any]
 

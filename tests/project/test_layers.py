@@ -1,6 +1,6 @@
 """The folders are the layers, and no lower layer imports a higher one (read with `ast`, so an
 import inside a function counts too). Bottom to top: `errors`, `counting/`, `settings`, `engine/`,
-`metrics`, `formats/`, `upstream/`, `bridges/`, `server/`, and the commands (`cli`, `demo`, `stub`).
+`metrics`, `formats/`, `upstream/`, `planning/`, `bridges/`, `server/`, and the commands (`cli`, `demo`, `stub`).
 Beside them, tests and benchmarks share one helper package, `tests/support/`, and import nothing
 else of each other.
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROXY = ROOT / "proxy"
 
 # A module may import modules of its own rank or lower.
-RANKS = {
+RANKS: dict[str, float] = {
     "proxy.errors": 0,
     "proxy.counting": 1,
     "proxy.settings": 2,
@@ -29,6 +29,7 @@ RANKS = {
     "proxy.metrics": 4,
     "proxy.formats": 5,
     "proxy.upstream": 6,
+    "proxy.planning": 6.5,  # deciding a request: over the upstream's probes, under the bridges
     "proxy.bridges": 7,
     "proxy.server": 8,
     "proxy.cli": 9,
@@ -43,7 +44,7 @@ PURE = ("proxy.engine", "proxy.counting.tokens")
 NOT_PURE = {"httpx", "fastapi", "starlette", "logging", "asyncio", "aiohttp"}
 
 
-def rank(module: str) -> int:
+def rank(module: str) -> float:
     while module not in RANKS:
         module = module.rpartition(".")[0]
     return RANKS[module]

@@ -16,13 +16,13 @@ import pytest
 
 from proxy.engine.plan import plan_chat
 from proxy.formats import Conversation
+from proxy.planning.planner import Planner
 from proxy.server.live.answers import cached_tokens
 from proxy.server.live.identity import conversation_key
 from proxy.server.live.records import Records
 from proxy.server.live.routes import _stream
 from proxy.server.live.shared import take
 from proxy.server.live.well import Decided, build_well
-from proxy.upstream.planner import Planner
 from tests.support.fakes import RecordingUpstream, completion, make_settings, proxy_client
 from tests.support.live_page import as_chat, coding_loop, requests_of
 

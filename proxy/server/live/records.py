@@ -21,6 +21,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from proxy.counting.calibration import Truncation
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
@@ -30,7 +31,6 @@ from proxy.server.live.identity import conversation_key
 from proxy.server.live.well import Decided, build_well, first_change, first_user_text
 from proxy.settings import Settings
 from proxy.upstream.overflow import Overflow
-from proxy.upstream.prompt_reports import Truncation
 
 logger = logging.getLogger("proxy")
 

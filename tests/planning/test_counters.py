@@ -1,4 +1,4 @@
-"""The memo of written notes shared by the loop and the worker threads (`proxy.upstream.counters`)."""
+"""The memo of written notes shared by the loop and the worker threads (`proxy.planning.counters`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 
 from proxy.counting.cache import LruCache
-from proxy.upstream.counters import LockedMemo
+from proxy.planning.counters import LockedMemo
 
 
 def test_a_note_evicted_by_another_thread_during_its_lookup_is_still_returned() -> None:
