@@ -42,7 +42,7 @@ def measure(raw: bytes, budget: Budget, *, warm: bool, rounds: int) -> float:
         if not warm:
             text_counter.cache_clear()
         counter = RequestCounter(text_counter("estimate"))
-        memo = LruCache(4096)  # the proxy's memo of written notes (proxy/upstream/planner.py)
+        memo = LruCache(4096)  # the proxy's memo of written notes (proxy/planning/planner.py)
         if warm:
             compact(orjson.loads(raw)["messages"], budget, counter.message, Policy(), memo)
         gc.collect()

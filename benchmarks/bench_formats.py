@@ -16,13 +16,13 @@ from typing import Any
 
 import orjson
 
+from proxy.bodies.jsonbody import dump_json, parse_json_object
 from proxy.counting.cache import LruCache
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.index import Policy
 from proxy.engine.plan import plan_chat
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from proxy.planning.counters import text_counter
-from proxy.server.jsonbody import dump_json, parse_json_object
 from proxy.settings import ModelWindow
 from tests.support.conversations import agent_chat
 from tests.support.format_chats import as_anthropic, as_responses

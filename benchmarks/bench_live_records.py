@@ -17,9 +17,9 @@ from collections.abc import Callable
 from benchmarks.chat_bodies import large_chat, small_chat
 from proxy.engine.plan import plan_chat
 from proxy.formats import Conversation
+from proxy.live.records import Records
+from proxy.live.well import Decided, build_well
 from proxy.planning.planner import Planner
-from proxy.server.live.records import Records
-from proxy.server.live.well import Decided, build_well
 from proxy.settings import Settings
 
 

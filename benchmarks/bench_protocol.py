@@ -96,7 +96,9 @@ def child(kind: str, requests: int) -> None:
         import proxy
 
         root = Path(proxy.__file__).resolve().parent
-        name = "proxy.server.protocol" if (root / "server" / "protocol.py").exists() else "proxy.protocol"
+        name = (
+            "proxy.connections.protocol" if (root / "server" / "protocol.py").exists() else "proxy.protocol"
+        )
         protocol_class = importlib.import_module(name).LimitedHttpToolsProtocol
     print(asyncio.run(time_protocol(protocol_class, requests)))
 

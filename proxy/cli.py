@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
+    from proxy.connections.protocol import ClientLimits, protocol_with
     from proxy.server.logs import log_config
-    from proxy.server.protocol import ClientLimits, protocol_with
 
     settings = load_settings(args.env_file)  # fail fast, in the parent, with a readable message
     if args.env_file:

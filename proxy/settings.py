@@ -162,7 +162,7 @@ class Settings(BaseSettings):
     upstream_keep_alive: float = Field(default=30.0, gt=0)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
-    # Slow clients (read by `proxy.server.protocol` in every worker): seconds to a complete request head,
+    # Slow clients (read by `proxy.connections.protocol` in every worker): seconds to a complete request head,
     # seconds a request body may send nothing, seconds a kept-alive connection may idle, and the
     # most client connections open at once.
     header_timeout: float = Field(default=10.0, gt=0)

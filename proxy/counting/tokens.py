@@ -106,7 +106,7 @@ def json_text_once(value: Any, written: WrittenJson | None) -> str:
 
 def fragment_text(value: Any) -> str:
     """`default=` for the standard library's encoder: a kept number's text (an `orjson.Fragment`, as
-    `proxy.server.jsonbody` parses numbers beyond a double or 64 bits), written as it came."""
+    `proxy.bodies.jsonbody` parses numbers beyond a double or 64 bits), written as it came."""
     if isinstance(value, orjson.Fragment):
         return orjson.dumps(value).decode()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")

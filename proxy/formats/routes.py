@@ -34,7 +34,7 @@ class FormatRoute:
     (the base without `/v1`) instead. `scope`: the other paths whose requests speak this format (an
     entry ending in `/` is a prefix, else a path), for their error shape and key header;
     `key_header`: where a configured upstream key goes when this server reads its own header;
-    `bridge`: the bridge that may carry it to a server of another API (`proxy.bridges.choice`:
+    `bridge`: the bridge that may carry it to a server of another API (`proxy.ways.choice`:
     `ollama` for Ollama's native API, `gemini` for a Chat Completions server); `documented`: in the
     OpenAPI schema; `report_body`: the dry run shows the rewritten body, not only the messages."""
 

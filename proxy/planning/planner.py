@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from proxy.bodies.offload import Offloader
 from proxy.counting.cache import LruCache, ModelTable
 from proxy.counting.calibration import Calibrator, Truncation
 from proxy.counting.modes import HEAVIEST_OF, OWN_MODES, Counting, estimated
@@ -34,7 +35,6 @@ from proxy.planning.drafts import Draft, Drafter, spec_of, with_reply_limit
 from proxy.planning.prompt_reports import PromptReports, exact_key
 from proxy.planning.server_count import ServerCount
 from proxy.settings import ModelWindow, Settings
-from proxy.upstream.offload import Offloader
 from proxy.upstream.overflow import Overflow
 from proxy.upstream.probes import UpstreamTokenCounter, WindowDetector
 
@@ -267,7 +267,7 @@ class Planner:
 
     async def in_thread(self, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)` in a worker thread (a large request's parsing, reading or plan), the loop
-        kept responsive (`proxy.upstream.offload`)."""
+        kept responsive (`proxy.bodies.offload`)."""
         return await self.offloader.run(work, *args)
 
     def counter_for(self, plan: ChatPlan, factor: float | None = None) -> RequestCounter:

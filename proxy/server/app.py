@@ -20,17 +20,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from proxy import __version__
+from proxy.bodies.split_parse import SPLIT_PARSER
 from proxy.errors import ErrorShape, ProxyError, error_response
 from proxy.formats import FormatRoute, Passthrough, RouteTable
+from proxy.live.routes import add_routes as add_live_page
 from proxy.metrics import Metrics
 from proxy.server.collector import tune_collector
 from proxy.server.dry_run import dry_run, dry_run_for
 from proxy.server.intake import raw_path
-from proxy.server.live.routes import add_routes as add_live_page
 from proxy.server.middleware import CountRequests, RequestId, RequireApiKey
 from proxy.server.parts import Parts
 from proxy.server.pipeline import Pipeline
-from proxy.server.split_parse import SPLIT_PARSER
 from proxy.settings import Settings
 from proxy.upstream.forwarding import build_transport
 from proxy.upstream.streaming import StreamBroken

@@ -13,11 +13,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.bodies.jsonbody import dump_json, parse_json_object
 from proxy.errors import ProxyError
 from proxy.formats import FormatRoute
 from proxy.server.flight import Flight
 from proxy.server.intake import read_json_body
-from proxy.server.jsonbody import dump_json, parse_json_object
 from proxy.server.pipeline import Pipeline
 
 Handler = Callable[[Request], Awaitable[Response]]

@@ -17,12 +17,12 @@ from starlette.requests import Request
 
 from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation, FormatRoute
+from proxy.live import Record
 from proxy.server.intake import raw_path
-from proxy.server.live import Record
-from proxy.server.ways import Passing
 from proxy.settings import Settings
 from proxy.upstream.forwarding import BEARER_OR_GOOGLE_KEY, CREDENTIAL_HEADERS, Upstream, credential_headers
-from proxy.upstream.way import Way
+from proxy.ways.base import Way
+from proxy.ways.passing import Passing
 
 Headers = list[tuple[bytes, bytes]]
 PASSTHROUGH = "passthrough"  # the metrics label of a request sent as it came

@@ -14,8 +14,8 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from proxy.bodies.encoding import decode_body
 from proxy.errors import ProxyError
-from proxy.upstream.encoding import decode_body
 
 log = logging.getLogger("proxy")
 

@@ -5,7 +5,7 @@ client over the same transport for the calls off the hot path (window probes, ex
 `/api/show`, summaries), the planner, the Ollama probe, the summariser and its cache, the `/readyz`
 check and the choice of headers sent upstream; it registers their tables with the metrics.
 With `COMPACT_CACHE_URL` set, the learned tables are shared with the other replicas
-(`proxy.upstream.shared_state`, plugged in by `share_learning`). `start` starts what runs in the
+(`proxy.sharing.link`, plugged in by `share_learning`). `start` starts what runs in the
 background; `aclose` closes what they opened. What a request does with them is `pipeline.py`.
 """
 
@@ -19,21 +19,21 @@ from typing import Any
 
 import httpx
 
-from proxy.bridges.choice import Bridges
-from proxy.bridges.ollama.detection import OllamaUpstream
 from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
+from proxy.live import Records
+from proxy.live.shared import SharedRecords
 from proxy.metrics import Metrics
 from proxy.planning.planner import Planner
 from proxy.server.flight import Credentials
-from proxy.server.live import Records
-from proxy.server.live.shared import SharedRecords
 from proxy.server.readiness import Readiness
 from proxy.settings import Settings
+from proxy.sharing.link import SharedCalibrator, SharedState, SharedTable
 from proxy.upstream.forwarding import Upstream, build_timeout
 from proxy.upstream.probes import DetectedWindow, UpstreamTokenCounter, WindowDetector
-from proxy.upstream.shared_state import SharedCalibrator, SharedState, SharedTable
 from proxy.upstream.summarizer import Summarizer
+from proxy.ways.choice import Bridges
+from proxy.ways.ollama.detection import OllamaUpstream
 
 
 @dataclass(frozen=True, slots=True)

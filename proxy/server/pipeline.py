@@ -7,8 +7,8 @@ steps, in the order a request takes them, each handed the request in flight (`fl
 the request is read, filled in step by step). `compact_and_forward` is the whole compacted route;
 `forward_as_is` every other route. The dry run `/compact` takes the first steps (`dry_run.py`).
 
-Where a request goes and how its answer comes back is its way (`proxy.upstream.way`): the route's
-own (`proxy.server.ways.Direct`), a bridge to a server of another API (chosen by `plan`), or as it came (`Passing`).
+Where a request goes and how its answer comes back is its way (`proxy.ways.base`): the route's
+own (`proxy.ways.direct.Direct`), a bridge to a server of another API (chosen by `plan`), or as it came (`Passing`).
 The steps send and relay over it without knowing which it is.
 """
 
@@ -24,6 +24,8 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.bodies.jsonbody import dump_json, parse_json_object
+from proxy.bodies.split_parse import SPLIT_PARSER
 from proxy.counting.calibration import Truncation
 from proxy.engine.plan import ChatPlan
 from proxy.engine.refusal import refusal_for
@@ -37,15 +39,14 @@ from proxy.server.intake import (
     read_json_body,
     until_disconnect,
 )
-from proxy.server.jsonbody import dump_json, parse_json_object
 from proxy.server.logs import request_id
 from proxy.server.parts import Parts
 from proxy.server.remote_compaction import RemoteCompaction
-from proxy.server.split_parse import SPLIT_PARSER
-from proxy.server.ways import Direct, Passing
 from proxy.upstream.overflow import OVERFLOW_STATUSES, parse_overflow
 from proxy.upstream.streaming import read_raw
-from proxy.upstream.way import Answer, read_already
+from proxy.ways.base import Answer, read_already
+from proxy.ways.direct import Direct
+from proxy.ways.passing import Passing
 
 log = logging.getLogger("proxy")
 

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 
 import httpx
 
+from proxy.bodies.encoding import Inflater
 from proxy.errors import ProxyError
 from proxy.settings import Settings
-from proxy.upstream.encoding import Inflater
 
 log = logging.getLogger("proxy.upstream")
 

@@ -12,10 +12,10 @@ from email.utils import parsedate_to_datetime
 import orjson
 import pytest
 
+from proxy.bodies.jsonbody import MAX_JSON_DEPTH, parse_json_object
 from proxy.counting.margin import MEMO_MIN_CHARS, MIN_MARGIN, SHORT_RUN, MarginMeter, text_bounds, texts
 from proxy.counting.tokens import MemoTextCounter
 from proxy.errors import ProxyError
-from proxy.server.jsonbody import MAX_JSON_DEPTH, parse_json_object
 from proxy.server.middleware import http_date
 
 # Classes and pairs both counts read, wide text, a lone surrogate, and runs of one class that the

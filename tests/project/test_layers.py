@@ -1,6 +1,7 @@
 """The folders are the layers, and no lower layer imports a higher one (read with `ast`, so an
 import inside a function counts too). Bottom to top: `errors`, `counting/`, `settings`, `engine/`,
-`metrics`, `formats/`, `upstream/`, `planning/`, `bridges/`, `server/`, and the commands (`cli`, `demo`, `stub`).
+`metrics` and `bodies/`, `formats/`, `upstream/` and `sharing/`, `planning/`, `ways/` and `live/`, `server/`
+and `connections/`, and the commands (`cli`, `demo`, `stub`, `run/`).
 Beside them, tests and benchmarks share one helper package, `tests/support/`, and import nothing
 else of each other.
 
@@ -27,10 +28,14 @@ RANKS: dict[str, float] = {
     "proxy.settings": 2,
     "proxy.engine": 3,
     "proxy.metrics": 4,
+    "proxy.bodies": 4,
     "proxy.formats": 5,
     "proxy.upstream": 6,
-    "proxy.planning": 6.5,  # deciding a request: over the upstream's probes, under the bridges
-    "proxy.bridges": 7,
+    "proxy.sharing": 6,
+    "proxy.planning": 6.5,  # deciding a request: over the upstream's probes, under the ways
+    "proxy.ways": 7,
+    "proxy.live": 7,
+    "proxy.connections": 8,
     "proxy.server": 8,
     "proxy.cli": 9,
     "proxy.run": 9,
@@ -107,7 +112,7 @@ def test_no_layer_imports_a_higher_one(path: Path) -> None:
         ("counting/tokens.py", "from proxy.engine.plan import ChatPlan"),
         ("formats/chat.py", "from proxy.upstream.forwarding import Upstream"),
         ("upstream/probes.py", "from proxy.server.app import create_app"),
-        ("bridges/ollama/bridge.py", "import proxy.server.middleware"),
+        ("ways/ollama/bridge.py", "import proxy.server.middleware"),
         ("engine/notes.py", "import logging"),
     ],
 )

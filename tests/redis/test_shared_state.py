@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from proxy.upstream.shared_state import SharedCalibrator, SharedState, SharedTable
+from proxy.sharing.link import SharedCalibrator, SharedState, SharedTable
 from tests.support.deployment import running_redis
 
 pytestmark = pytest.mark.redis

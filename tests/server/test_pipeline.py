@@ -19,8 +19,9 @@ from proxy.metrics import Metrics
 from proxy.server.flight import Flight
 from proxy.server.parts import Parts
 from proxy.server.pipeline import Pipeline
-from proxy.server.ways import Direct, Passing
-from proxy.upstream.way import READ
+from proxy.ways.base import READ
+from proxy.ways.direct import Direct
+from proxy.ways.passing import Passing
 from tests.support.conversations import bike_shop_chat
 from tests.support.fakes import ClosingStream, RecordingUpstream, completion, make_settings
 

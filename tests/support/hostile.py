@@ -1,6 +1,6 @@
 """A scripted upstream that records every request as it came (`Hostile`), and the real
 `compacting-proxy` process in front of it (`proxy_for`): the red-team tests' real parts (issue 18's
-`tests/server/test_redteam.py` and issue 23's `tests/server/test_redteam_bodies.py`)."""
+`tests/server/test_redteam.py` and issue 23's `tests/bodies/test_redteam_bodies.py`)."""
 
 from __future__ import annotations
 

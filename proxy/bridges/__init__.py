@@ -1,1 +1,0 @@
-"""Bridges to servers that speak another API than their clients do: Ollama's native chat."""
