@@ -22,6 +22,7 @@ from proxy.settings import ModelWindow, Settings
 # What is sent, this much lighter than the whole request, is planned again with its own margin.
 MARGIN_STEP = 0.01
 SETTLE_ROUNDS = 5  # plans made again with a larger margin, for the output's own line
+ESTIMATE_CHARS = 10  # the most characters the estimate counts as one token (but for blank space)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,14 +84,16 @@ class Drafter:
             return self._lighter(plan, draft, left)
         return self._settled(plan, draft, margin, left)
 
-    def far_under(self, draft: Draft, factor: float, share: float) -> ChatPlan | None:
+    def far_under(self, draft: Draft, factor: float, share: float, chars: int) -> ChatPlan | None:
         """The estimate's plan where it proves the request far under its line, else None (it must be
         counted). No tokenizer spends more than a token per UTF-8 byte, so a request whose text
         cannot reach half its line even so needs nothing more (most requests, and a long English
         chat far from a large window; the bound is read only until it passes the half line). Else
         the estimate's upper count (with its margin, at least the heaviest vocabulary's on every
         fitted sample) under `share` of the line proves it too. Either way only for a request that
-        is left whole, its reply limit too: a cut or a clamp is made by an exact count."""
+        is left whole, its reply limit too: a cut or a clamp is made by an exact count. `chars`, the
+        messages' characters, spares a long request the estimate's pass: no text but blank space
+        costs under a token for `ESTIMATE_CHARS` characters."""
         window = draft.window
         half_line = int(window.window * window.threshold) // 2
         bound = text_bytes(draft.messages, half_line, draft.written)
@@ -99,7 +102,7 @@ class Drafter:
             r, room = plan.result, min(plan.budget.limit, window.window - (requested_reply(draft.body) or 0))
             if not r.changed and plan.max_tokens is None and r.tokens_before + bound <= room:
                 return plan
-        if share <= 0:
+        if share <= 0 or chars * factor > ESTIMATE_CHARS * share * window.window * window.threshold:
             return None
         counter = self.counter(draft.spec, factor, draft.written)
         line = share * budget_for(draft.body, window, counter, clamp=self.clamps(window)).limit

@@ -25,14 +25,15 @@ from typing import Any, TypeVar
 from proxy.bodies.offload import Offloader
 from proxy.counting.cache import LruCache, ModelTable
 from proxy.counting.calibration import Calibrator, Truncation
-from proxy.counting.modes import HEAVIEST_OF, OWN_MODES, Counting, estimated
+from proxy.counting.modes import OWN_MODES, Counting, estimated
 from proxy.counting.tokens import RequestCounter, text_of
 from proxy.engine.index import Policy
-from proxy.engine.plan import Body, ChatPlan, requested_reply
+from proxy.engine.plan import Body, ChatPlan
 from proxy.metrics import Metrics
 from proxy.planning.counters import LockedMemo, Vocabularies
-from proxy.planning.drafts import Draft, Drafter, spec_of, with_reply_limit
-from proxy.planning.prompt_reports import PromptReports, exact_key
+from proxy.planning.drafts import Draft, Drafter, spec_of
+from proxy.planning.local_count import LocalCount
+from proxy.planning.prompt_reports import PromptReports
 from proxy.planning.server_count import ServerCount
 from proxy.settings import ModelWindow, Settings
 from proxy.upstream.overflow import Overflow
@@ -53,9 +54,6 @@ OFFLOAD_ITEMS = 2_000
 # A vocabulary reads 20-30 MB/s the first time it sees a text (the four of them a quarter of that),
 # 5x slower than the estimate: such plans go to a worker thread from a few milliseconds of counting on.
 EXACT_OFFLOAD_CHARS = 25_000
-# A vocabulary's count of the text still leaves out the chat template around it (a token or two more
-# a message than `MESSAGE_OVERHEAD` in Qwen's, a preamble for the tools): judged with this margin.
-TEMPLATE_MARGIN = 0.02
 # Upstreams known to answer a prompt over the window with an error (OpenAI's `context_length_exceeded`,
 # Anthropic's "prompt is too long"), never cutting it: `COMPACT_UPSTREAM_REJECTS_OVERFLOW=auto`.
 REJECTING_HOSTS = ("api.openai.com", "api.anthropic.com")
@@ -94,7 +92,7 @@ class Planner:
         self.settings = settings
         self.detector = detector
         self.calibrator = calibrator or Calibrator(settings.calibrate)
-        self.reports = PromptReports(self.calibrator, metrics, self._own_count)
+        self.reports = PromptReports(self.calibrator, metrics, lambda plan: self.local.own_count(plan))
         # The windows the upstream was seen cutting at (`reports` writes them): every plan reads them.
         self.seen_windows = self.reports.seen_windows
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.
@@ -115,6 +113,9 @@ class Planner:
         self.drafter = Drafter(settings, self.policy, self.notes)
         self.counter = self.drafter.counter
         self.server = ServerCount(exact, self._planned, self.drafter.clamps, refresh=settings.window_refresh)
+        self.local = LocalCount(
+            self.drafter, self.calibrator, self.vocabularies, rejects_overflow=rejects_overflow(settings)
+        )
 
     def configured(self, model: str) -> ModelWindow:
         """`settings.window_for(model)`, remembered: the settings never change, and laying a model's
@@ -157,103 +158,27 @@ class Planner:
         model = str(body.get("model") or "")
         window = await self._window_for(model, headers, window_tokens)
         chars = await self.in_thread(_chars, messages) if many else _chars(messages)
-        chars4 = window.tokenizer == Counting.CHARS4
-        draft = Draft(
-            body,
-            window,
-            Counting.CHARS4 if chars4 else Counting.ESTIMATE,
-            offload=many or chars >= OFFLOAD_CHARS,
-        )
+        estimate = Counting.CHARS4 if window.tokenizer == Counting.CHARS4 else Counting.ESTIMATE
+        draft = Draft(body, window, estimate, offload=many or chars >= OFFLOAD_CHARS)
         factor = self.calibrator.factor(model)
-        if not chars4:
-            share = self.settings.exact_count_from
-            quick = await self._run(self.drafter.far_under, draft, factor, share)
+        share = self.settings.exact_count_from
+        exact = replace(draft, offload=draft.offload or chars >= EXACT_OFFLOAD_CHARS)
+        if window.tokenizer not in OWN_MODES or not self.server.may_count():
+            # Nothing to ask the upstream: the whole decision in one go (one hop to a worker thread).
+            return await self._run(self.local.decide, exact, factor, share, chars)
+        if estimate != Counting.CHARS4:
+            quick = await self._run(self.drafter.far_under, draft, factor, share, chars)
             if quick is not None:
                 return quick
         if window.tokenizer in (Counting.ESTIMATE, Counting.CHARS4):
-            plan = await self._planned(draft, factor, 0.0 if chars4 else None)
+            plan = await self._planned(exact, factor, 0.0 if estimate == Counting.CHARS4 else None)
             if not plan.result.over_window:
                 return plan
-        return await self._counted(
-            replace(draft, offload=many or chars >= EXACT_OFFLOAD_CHARS), factor, headers
-        )
-
-    async def _counted(self, draft: Draft, factor: float, headers: Sequence[tuple[bytes, bytes]]) -> ChatPlan:
-        """`draft` counted as the server counts: its `/tokenize`, else the model's vocabulary, else the
-        four (`factor`: the estimate's calibration, for where none of them is here)."""
-        model, mode = str(draft.body.get("model") or ""), draft.window.tokenizer
-        if mode in OWN_MODES:
-            spec = self.vocabularies.for_model(model)
-            if spec is None and self.vocabularies.has(Counting.HEAVIEST):
-                spec = Counting.HEAVIEST
-        else:
-            spec = mode if self.vocabularies.has(mode) else None
-        if mode in OWN_MODES:
-            counted = await self.server.count(draft.body, headers)
-            if counted:
-                return await self.server.plan(replace(draft, spec=spec or draft.spec), counted, headers)
-        if spec is None:  # no vocabulary here: the estimate, with its margin
-            plan = await self._planned(draft, factor, None)
-            return await self._for_the_upstream(draft, plan) if self._may_send(plan) else plan
-        exact = replace(draft, spec=spec)
-        plan = await self._planned(
-            exact, max(1.0, self.calibrator.factor(exact_key(model, spec))), TEMPLATE_MARGIN
-        )
-        if spec != Counting.HEAVIEST:
-            return plan
-        plan = replace(plan, guessed=True)
-        if plan.result.over_window:
-            return await self._by_lightest(exact, plan)
-        return await self._reply_by_lightest(exact, plan)
-
-    def _may_send(self, plan: ChatPlan) -> bool:
-        return plan.result.over_window and self.upstream_rejects_overflow
-
-    async def _by_lightest(self, draft: Draft, heaviest: ChatPlan) -> ChatPlan:
-        """What the heaviest vocabulary puts over the window, planned with each of the four: the
-        heaviest plan that fits is forwarded (a request that fits by any of them may be the model's),
-        compacted and its reply limited by that count; refused only when none fits, unless the
-        upstream refuses an overflow itself (then sent for its verdict)."""
-        fitting = []
-        for spec in HEAVIEST_OF:
-            plan = await self._planned(replace(draft, spec=spec), 1.0, 0.0)
-            if not plan.result.over_window:
-                fitting.append(plan)
-        if fitting:
-            return replace(max(fitting, key=lambda p: p.result.tokens_before), guessed=True)
-        return await self._for_the_upstream(draft, heaviest) if self._may_send(heaviest) else heaviest
-
-    async def _reply_by_lightest(self, draft: Draft, plan: ChatPlan) -> ChatPlan:
-        """A reply limit the heaviest vocabulary lowers below the reply's room (the request's limit, at
-        most `COMPACT_REPLY_RESERVE`) is lowered only as far as the lightest count of what is sent
-        needs: the model may use any of the four."""
-        room = min(requested_reply(draft.body) or 0, draft.window.reply_reserve)
-        if plan.max_tokens is None or plan.max_tokens >= room:
-            return plan
-        lightest = min(self._total(spec, draft.body, plan.result.messages) for spec in HEAVIEST_OF)
-        prompt = plan.window.window - plan.max_tokens  # what the heaviest count leaves it
-        return with_reply_limit(plan, draft.body, prompt, floor=min(room, plan.window.window - lightest))
-
-    def _own_count(self, plan: ChatPlan) -> int | None:
-        """What the vocabulary `plan.model`'s name says counts of the messages `plan` sent, if any."""
-        spec = self.vocabularies.for_model(plan.model)
-        return None if spec is None else sum(map(self.counter(spec).message, plan.result.messages))
-
-    def _total(self, spec: str, body: Body, messages: list[dict[str, Any]]) -> int:
-        counter = self.counter(spec)
-        return counter.fixed(body) + sum(map(counter.message, messages))
-
-    async def _for_the_upstream(self, draft: Draft, plan: ChatPlan) -> ChatPlan:
-        """For an upstream that refuses an overflow with an error: the plan by the plain (calibrated)
-        estimate, without its margin, sent for the server's verdict even where that is over the
-        window too (then as it came). The server's error, where it sends one, is retried compacted
-        for the count it gives, or reaches the client as it came: a round trip spent, never a cut."""
-        plain = await self._planned(
-            replace(draft, spec=Counting.ESTIMATE), self.calibrator.factor(plan.model)
-        )
-        if not plain.result.over_window:
-            return plain
-        return replace(plain, result=replace(plain.result, over_window=False, oversized=None))
+        counted = await self.server.count(body, headers)
+        if counted:
+            local = replace(exact, spec=self.local.spec_for(model, window.tokenizer) or exact.spec)
+            return await self.server.plan(local, counted, headers)
+        return await self._run(self.local.counted, exact, factor)
 
     async def _planned(self, draft: Draft, factor: float, margin: float | None = 0.0) -> ChatPlan:
         """The drafter's plan, in a worker thread for a large request: compacting a big history is CPU

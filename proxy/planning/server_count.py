@@ -52,6 +52,10 @@ class ServerCount:
         self.refresh = refresh
         self._none_until = 0.0
 
+    def may_count(self) -> bool:
+        """Whether the upstream may have a `/tokenize` (not known to lack one)."""
+        return self.counter is not None and time.monotonic() >= self._none_until
+
     async def count(self, body: Body, headers: Headers) -> int | None:
         """The upstream's count of a request, None where it has no `/tokenize` (remembered for
         `refresh` seconds, so a server without one is asked again only that often)."""
