@@ -20,17 +20,6 @@ connection is not read again (`HeldFlow.hold`) until the queue drains: as h11, n
 take the next request only when the current one is answered, a connection costs at most one read and
 a few parsed requests however much it pipelines.
 
-Time, as nginx's `client_header_timeout` and `client_body_timeout` have it: a head must be complete
-within `COMPACT_HEADER_TIMEOUT` seconds of the connection opening (or of its first byte, on a
-kept-alive connection, whose idle time uvicorn's keep-alive timeout bounds), and a body may go
-`COMPACT_BODY_TIMEOUT` seconds without a byte, unless the proxy itself stopped reading (flow
-control). A body that was under way while the proxy was under load (open connections at half of
-`COMPACT_MAX_CLIENT_CONNECTIONS` or more, at any time since its head's end) must also arrive at `COMPACT_MIN_BODY_RATE` bytes a second on average, counted from its head's end
-after a grace of `COMPACT_MIN_BODY_RATE_GRACE` seconds, time the proxy was not reading excluded:
-Kestrel's `MinRequestBodyDataRate`, applied under pressure as Envoy's overload manager shortens its
-timeouts, so a slow upload at ordinary load is still served. Each gets a 408 and the connection is
-closed: a slowloris client holds a connection for seconds, not for ever.
-
 Past `COMPACT_MAX_CLIENT_CONNECTIONS` open connections a few more (`PROBE_RESERVE`) are accepted for
 the probe paths only (`/healthz`, `/readyz`, `/metrics`, answered and closed; any other request gets
 503), as Envoy's health listener ignores its global connection limit, so a full proxy still answers
@@ -47,8 +36,8 @@ from typing import Any
 
 import httptools
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from proxy.connections.deadlines import PRESSURE_SHARE, Deadlines
 from proxy.connections.flow import (
     OVERLOADED,
     PROBE_PATHS,
@@ -57,7 +46,6 @@ from proxy.connections.flow import (
     reserve_of,
     turns_of,
 )
-from proxy.errors import openai_error_body
 from proxy.settings import Settings
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
@@ -69,12 +57,9 @@ DEFAULT_MIN_BODY_RATE_GRACE = 5.0
 MAX_QUEUED = 8  # parsed requests waiting behind the answer under way, per connection
 PIPELINED_PER_TURN = 2  # pipelined requests started per turn of the event loop, of all connections
 PROBE_RESERVE = 16  # connections past the cap, for the probe paths only
-PRESSURE_SHARE = 0.5  # of the cap: from there on, the minimum body rate applies
-RATE_CHECK_EVERY = 1.0  # seconds, as Kestrel's heartbeat
 CHUNKED_SLICE = 4096  # a chunked body is fed in pieces this size: its end is not known ahead
 HEAD_END = b"\r\n\r\n"
 CHUNKED_END = b"0\r\n\r\n"
-REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +91,7 @@ def protocol_with(limits: ClientLimits) -> Callable[..., LimitedHttpToolsProtoco
     return functools.partial(LimitedHttpToolsProtocol, limits=limits)
 
 
-class LimitedHttpToolsProtocol(HttpToolsProtocol):
+class LimitedHttpToolsProtocol(Deadlines):
     def __init__(self, *args: Any, limits: ClientLimits | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         limits = limits or ClientLimits()
@@ -278,97 +263,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not self.backlog:
             self.flow.release()  # type: ignore[attr-defined]
 
-    # --- deadlines ------------------------------------------------------------------------------------
-
-    def _arm(self, seconds: float, callback: Callable[[], None]) -> None:
-        """Run `callback` in `seconds` unless disarmed or re-armed first. The timer is moved only
-        when it would fire too late: deadlines mostly move later, and the timer then catches up."""
-        self.deadline, self.deadline_at = callback, self.loop.time() + seconds
-        if self.timer is not None and self.timer.when() > self.deadline_at:
-            self.timer.cancel()
-            self.timer = None
-        if self.timer is None:
-            self.timer = self.loop.call_at(self.deadline_at, self._on_timer)
-
-    def _disarm(self) -> None:
-        self.deadline = None
-
-    def _on_timer(self) -> None:
-        self.timer = None
-        if self.deadline is None:
-            return
-        if self.loop.time() < self.deadline_at:  # the deadline moved on since the timer was set
-            self.timer = self.loop.call_at(self.deadline_at, self._on_timer)
-            return
-        callback, self.deadline = self.deadline, None
-        callback()
-
-    def _keep_alive_ended(self) -> None:
-        if not self.transport.is_closing():
-            self.transport.close()
-
-    def _stop_rate_check(self) -> None:
-        if self.rate_check is not None:
-            self.rate_check.cancel()
-            self.rate_check = None
-
-    def _head_timed_out(self) -> None:
-        if not self.transport.is_closing():
-            message = f"The request head was not complete within {self.header_timeout:g} seconds."
-            self.send_error(408, message, "request_timeout")
-
-    def _body_timed_out(self) -> None:
-        if self.transport.is_closing() or not self.in_body:
-            return
-        if self.flow.read_paused:  # the proxy is not reading: the client is not the one waiting
-            self._arm(self.body_timeout, self._body_timed_out)
-            return
-        message = f"The request body sent nothing for {self.body_timeout:g} seconds."
-        self.send_error(408, message, "request_timeout")
-
-    def _check_rate(self) -> None:
-        """Kestrel's minimum body data rate, checked every second once the grace is over."""
-        self.rate_check = None
-        if self.transport.is_closing() or not self.in_body:
-            return
-        now = self.loop.time()
-        if len(self.connections) >= self.max_client_connections * PRESSURE_SHARE:
-            self.reserve.last_busy = now
-        if self.reserve.last_busy >= self.body_start:  # busy at some time since the head's end
-            paused = self.flow.paused_for(now) - self.body_paused_at_start  # type: ignore[attr-defined]
-            elapsed = now - self.body_start - paused
-            if elapsed >= self.min_rate_grace and self.body_bytes < self.min_body_rate * elapsed:
-                message = (
-                    f"The request body came slower than {self.min_body_rate:g} bytes a second "
-                    "while the proxy was busy."
-                )
-                self.send_error(408, message, "request_timeout")
-                return
-        self.rate_check = self.loop.call_later(RATE_CHECK_EVERY, self._check_rate)
-
     # --- answers of the protocol's own ----------------------------------------------------------------
 
     def send_431(self) -> None:
         message = f"The request's headers are larger than the proxy's limit of {self.max_header_bytes} bytes."
         self.send_error(431, message, "request_header_fields_too_large")
-
-    def send_error(self, status: int, message: str, code: str) -> None:
-        """Answer `status` (unless an answer has begun already) and close the connection."""
-        started = self.cycle is not None and self.cycle.response_started
-        if not started:
-            kind = "server_error" if status >= 500 else "invalid_request_error"
-            body = openai_error_body(message, type=kind, code=code)
-            head = (
-                b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, REASONS[status])
-                + b"connection: close\r\ncontent-length: "
-                + str(len(body)).encode()
-                + b"\r\n\r\n"
-            )
-            self.transport.write(head + body)
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.cycle.disconnected = True  # the app reading this body hears the client is gone
-            self.cycle.message_event.set()
-        self.transport.close()
 
 
 def content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

@@ -15,6 +15,7 @@ merged into the neighbouring assistant turn where no role fits. Nothing else in 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,6 +27,7 @@ from proxy.engine.markers import Marker
 from proxy.engine.plan import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError
+from proxy.formats.reports import AnswerReport
 
 Message = dict[str, Any]
 
@@ -107,6 +109,12 @@ class WireFormat(Protocol):
     def context_edits(self, body: Body) -> Body:
         """`body` with the context edits it asks for that the proxy applies itself, for a server that
         does not; `body` itself when none applies."""
+        ...
+
+    def context_report(self, original: Body, edited: Body) -> AnswerReport | None:
+        """What the answer must report of the context edits that turned `original` into `edited`
+        (`context_edits` made them), or None: nothing to report (a format without edits, or whose
+        answers have no field for them)."""
         ...
 
 
@@ -230,6 +238,32 @@ def rewrite_items(
             out.extend(marker(text, "assistant") for text in after)
         out.extend(marker(text, role) for text, role in rebuilt.after.get(index, ()))
     return out
+
+
+def with_decisions(
+    body: Body,
+    key: str,
+    conversation: Conversation,
+    plan: ChatPlan,
+    *,
+    item_with: Callable[[Any, set[int], Mapping[int | None, Any]], Any],
+    marker: Callable[[str, str], Any],
+    merge: Callable[[Any, Sequence[str], Sequence[str]], Any] | None = None,
+) -> Body:
+    """A copy of `body` whose list `key` carries `plan`'s decisions (`rewrite_items`), the list as it
+    came when the plan changed nothing: the start of a format's `write`."""
+    changed = dict(body)
+    items = body.get(key)
+    if plan.result.changed and isinstance(items, list):
+        rebuilt = rebuild(conversation, plan)
+        changed[key] = rewrite_items(items, rebuilt, item_with=item_with, marker=marker, merge=merge)
+    return changed
+
+
+def last_count(pattern: re.Pattern[bytes], tail: bytes) -> int | None:
+    """The last count `pattern` finds in the tail of an answer (its usage comes last)."""
+    matches = pattern.findall(tail)
+    return int(matches[-1]) if matches else None
 
 
 def sse_error_event(data: Any, *, event: str | None = None) -> bytes:

@@ -61,6 +61,9 @@ class ChatCompletions:
     def context_edits(self, body: Body) -> Body:
         return body
 
+    def context_report(self, original: Body, edited: Body) -> None:
+        return None
+
     def overflow_message(self, refusal: Refusal) -> str:
         """OpenAI's own wording ("This model's maximum context length is N tokens. However, ...")."""
         return (

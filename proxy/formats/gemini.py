@@ -34,10 +34,10 @@ from proxy.formats.base import (
     Conversation,
     Message,
     Part,
-    rebuild,
-    rewrite_items,
+    last_count,
     source_field,
     sse_error_event,
+    with_decisions,
 )
 from proxy.formats.gemini_read import Calls, chat_tools, read_content, system_text
 
@@ -103,15 +103,9 @@ class Gemini:
         return Conversation(request, sources)
 
     def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
-        changed = dict(body)
-        if plan.result.changed:
-            changed["contents"] = rewrite_items(
-                body["contents"],
-                rebuild(conversation, plan),
-                item_with=_with_note,
-                marker=_marker,
-                merge=_merge,
-            )
+        changed = with_decisions(
+            body, "contents", conversation, plan, item_with=_with_note, marker=_marker, merge=_merge
+        )
         if plan.max_tokens is not None:
             config = body.get("generationConfig")
             changed["generationConfig"] = _with_limit(
@@ -123,8 +117,7 @@ class Gemini:
         return self.stream  # the method in the path says, not the body
 
     def reported_prompt_tokens(self, tail: bytes) -> int | None:
-        matches = _PROMPT_TOKENS.findall(tail)
-        return int(matches[-1]) if matches else None
+        return last_count(_PROMPT_TOKENS, tail)
 
     error_body = staticmethod(gemini_error)
 
@@ -153,6 +146,9 @@ class Gemini:
 
     def context_edits(self, body: Body) -> Body:
         return body
+
+    def context_report(self, original: Body, edited: Body) -> None:
+        return None
 
 
 def _with_limit(config: dict[str, Any], limit: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from proxy.engine.markers import merged_content
 from proxy.engine.plan import Body, ChatPlan, validated_messages
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError
-from proxy.formats.base import Conversation, Part, rebuild, rewrite_items
+from proxy.formats.base import Conversation, Part, with_decisions
 from proxy.formats.chat import ChatCompletions
 
 Message = dict[str, Any]
@@ -48,15 +48,9 @@ class OllamaChat(ChatCompletions):
         return Conversation(request, sources, window=token_count(options.get("num_ctx")))
 
     def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
-        changed = dict(body)
-        if plan.result.changed:
-            changed["messages"] = rewrite_items(
-                body["messages"],
-                rebuild(conversation, plan),
-                item_with=_with_note,
-                marker=_marker,
-                merge=_merge,
-            )
+        changed = with_decisions(
+            body, "messages", conversation, plan, item_with=_with_note, marker=_marker, merge=_merge
+        )
         if plan.max_tokens is not None:
             options = body.get("options")
             changed["options"] = {

@@ -1,14 +1,12 @@
 """What a format may add to the upstream's answer about what the proxy did for the request in the
-server's place (Anthropic's applied context edits). An optional part of a format: the pipeline asks
-a format that has `context_report`, and every other format's answers pass as they came.
+server's place (Anthropic's applied context edits): a format's `context_report` makes one, and the
+route's own way (`proxy.ways.direct`) writes it into the answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Protocol
-
-from proxy.engine.plan import Body
 
 
 class AnswerReport(Protocol):
@@ -17,10 +15,3 @@ class AnswerReport(Protocol):
     def into_body(self, body: bytes) -> bytes: ...
 
     def into_stream(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]: ...
-
-
-class ReportsContextEdits(Protocol):
-    def context_report(self, original: Body, edited: Body) -> AnswerReport | None:
-        """What the answer must report of the context edits that turned `original` into `edited`
-        (`context_edits` made it), or None when there is nothing to report."""
-        ...

@@ -37,11 +37,11 @@ from proxy.formats.base import (
     Conversation,
     Message,
     Part,
-    rebuild,
-    rewrite_items,
+    last_count,
     source_field,
     sse_error_event,
     str_field,
+    with_decisions,
 )
 
 NOTED_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
@@ -84,11 +84,7 @@ class Responses:
         return Conversation(request, sources)
 
     def write(self, body: Body, conversation: Conversation, plan: ChatPlan) -> Body:
-        changed = dict(body)
-        items = body.get("input")
-        if isinstance(items, list) and plan.result.changed:
-            rebuilt = rebuild(conversation, plan)
-            changed["input"] = rewrite_items(items, rebuilt, item_with=_with_note, marker=_marker)
+        changed = with_decisions(body, "input", conversation, plan, item_with=_with_note, marker=_marker)
         if plan.max_tokens is not None:
             changed["max_output_tokens"] = plan.max_tokens
         return changed
@@ -97,8 +93,7 @@ class Responses:
         return body.get("stream") is True
 
     def reported_prompt_tokens(self, tail: bytes) -> int | None:
-        matches = _INPUT_TOKENS.findall(tail)
-        return int(matches[-1]) if matches else None
+        return last_count(_INPUT_TOKENS, tail)
 
     error_body = staticmethod(openai_error)
 
@@ -135,6 +130,9 @@ class Responses:
         if "context_management" not in body:
             return body
         return {k: v for k, v in body.items() if k != "context_management"}
+
+    def context_report(self, original: Body, edited: Body) -> None:
+        return None  # the answer has no field for it (see `context_edits`)
 
     def stream_error_event(self, message: str) -> bytes:
         """An `error` event, whose `error` object also makes the openai SDK raise."""

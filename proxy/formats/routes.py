@@ -1,7 +1,9 @@
 """The one table that routes the wire formats: each compacted path with its format (the adapter,
-its error shape, its metrics label), where it goes upstream, the other paths that speak it, where
-a configured upstream key goes, and whether an Ollama upstream gets it on its native API. The
-server reads everything per format from here; a new format is one module and one `FormatRoute`.
+its error shape, its metrics label), where it goes upstream, the other paths that speak it, and
+where a configured upstream key goes. The server reads everything per format from here, and asks
+the format object itself, never its name; a new format is one module and one `FormatRoute`. What
+else a format's requests may take is registered by that format object: a bridge to a server of
+another API (`proxy.ways.choice`), a step before all others (`proxy.server.remote_compaction`).
 """
 
 from __future__ import annotations
@@ -34,9 +36,8 @@ class FormatRoute:
     (the base without `/v1`) instead. `scope`: the other paths whose requests speak this format (an
     entry ending in `/` is a prefix, else a path), for their error shape and key header;
     `key_header`: where a configured upstream key goes when this server reads its own header;
-    `bridge`: the bridge that may carry it to a server of another API (`proxy.ways.choice`:
-    `ollama` for Ollama's native API, `gemini` for a Chat Completions server); `documented`: in the
-    OpenAPI schema; `report_body`: the dry run shows the rewritten body, not only the messages."""
+    `documented`: in the OpenAPI schema; `report_body`: the dry run shows the rewritten body, not
+    only the messages."""
 
     path: str
     format: WireFormat
@@ -44,7 +45,6 @@ class FormatRoute:
     from_root: bool = False
     scope: tuple[str, ...] = ()
     key_header: bytes | None = None
-    bridge: str | None = None
     documented: bool = False
     report_body: bool = True
 
@@ -63,9 +63,7 @@ class Passthrough:
 
 
 ROUTES: tuple[FormatRoute, ...] = (
-    FormatRoute(
-        "/v1/chat/completions", CHAT, "/chat/completions", bridge="ollama", documented=True, report_body=False
-    ),
+    FormatRoute("/v1/chat/completions", CHAT, "/chat/completions", documented=True, report_body=False),
     FormatRoute("/v1/responses", RESPONSES, "/responses"),
     FormatRoute(
         "/v1/messages",
@@ -93,7 +91,6 @@ ROUTES: tuple[FormatRoute, ...] = (
             from_root=True,
             scope=("/v1beta/",),
             key_header=b"x-goog-api-key",
-            bridge="gemini",
         )
         for method, wire in (("generateContent", GEMINI), ("streamGenerateContent", GEMINI_STREAM))
     ),

@@ -10,7 +10,7 @@ import gc
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -20,7 +20,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from proxy import __version__
-from proxy.bodies.split_parse import SPLIT_PARSER
 from proxy.errors import ErrorShape, ProxyError, error_response
 from proxy.formats import FormatRoute, Passthrough, RouteTable
 from proxy.live.routes import add_routes as add_live_page
@@ -52,36 +51,16 @@ def create_app(
     table, metrics = routes or RouteTable(), Metrics()
     parts = Parts.wire(settings, transport or build_transport(settings), metrics, table)
     pipeline = Pipeline(parts)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The process's own objects (modules, the app), left out of every later collection: a full
-        # collection then walks only what requests allocated, not 100 ms of startup objects.
-        gc.collect()
-        gc.freeze()
-        SPLIT_PARSER.start()  # while the process is small: see `split_parse.py`
-        await parts.start()
-        try:
-            yield
-        finally:
-            await parts.aclose(transport=transport is None)
-
-    app = FastAPI(title="compacting-proxy", version=__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="compacting-proxy",
+        version=__version__,
+        lifespan=lifespan_of(parts, owns_transport=transport is None),
+    )
     app.state.settings, app.state.metrics, app.state.pipeline = settings, metrics, pipeline
     app.state.planner = parts.planner
     for kind, handler in error_handlers(table).items():
         app.add_exception_handler(kind, handler)
-    app.add_api_route("/healthz", healthz, methods=["GET"])
-
-    @app.get("/readyz")
-    async def readyz() -> Response:
-        """The upstream answers (any HTTP status counts: it is reachable)."""
-        return await parts.readiness.answer()
-
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
+    add_own_routes(app, parts)
     app.add_api_route("/compact", dry_run(pipeline), methods=["POST"])
     app.add_api_route(
         "/compact/{path:path}", dry_run_for(pipeline), methods=["POST"], include_in_schema=False
@@ -106,6 +85,41 @@ def create_app(
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 ErrorHandler = Callable[[Request, Exception], Coroutine[Any, Any, Response]]
+
+
+def lifespan_of(
+    parts: Parts, *, owns_transport: bool
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's start and end: what starts while the process is small, and what closes (the
+    transport too, when the app built it)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The process's own objects (modules, the app), left out of every later collection: a full
+        # collection then walks only what requests allocated, not 100 ms of startup objects.
+        gc.collect()
+        gc.freeze()
+        await parts.start()  # while the process is small: see `proxy.bodies.split_parse`
+        try:
+            yield
+        finally:
+            await parts.aclose(transport=owns_transport)
+
+    return lifespan
+
+
+def add_own_routes(app: FastAPI, parts: Parts) -> None:
+    """The proxy's own routes: `/healthz`, `/readyz`, `/metrics`."""
+    app.add_api_route("/healthz", healthz, methods=["GET"])
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        """The upstream answers (any HTTP status counts: it is reachable)."""
+        return await parts.readiness.answer()
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(parts.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def compacting(pipeline: Pipeline, route: FormatRoute) -> Handler:

@@ -2,8 +2,9 @@
 
 `Parts.wire` builds them from the settings: the upstream (the hot path's pooled sender), an httpx
 client over the same transport for the calls off the hot path (window probes, exact counts, Ollama's
-`/api/show`, summaries), the planner, the Ollama probe, the summariser and its cache, the `/readyz`
-check and the choice of headers sent upstream; it registers their tables with the metrics.
+`/api/show`, summaries), the planner, the room where a large body is worked on off the loop, the
+Ollama probe, the bridges, the summariser and its cache, the `/readyz` check and the choice of
+headers sent upstream; it registers their tables with the metrics.
 With `COMPACT_CACHE_URL` set, the learned tables are shared with the other replicas
 (`proxy.sharing.link`, plugged in by `share_learning`). `start` starts what runs in the
 background; `aclose` closes what they opened. What a request does with them is `pipeline.py`.
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from proxy.bodies.work import Bodies
 from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
 from proxy.live import Records
@@ -33,6 +35,8 @@ from proxy.upstream.forwarding import Upstream, build_timeout
 from proxy.upstream.probes import DetectedWindow, UpstreamTokenCounter, WindowDetector
 from proxy.upstream.summarizer import Summarizer
 from proxy.ways.choice import Bridges
+from proxy.ways.gemini.choice import GeminiOnChat
+from proxy.ways.ollama.choice import OllamaNative
 from proxy.ways.ollama.detection import OllamaUpstream
 
 
@@ -46,6 +50,7 @@ class Parts:
     upstream: Upstream
     http: httpx.AsyncClient
     planner: Planner
+    bodies: Bodies  # a large body parsed, read and freed off the event loop
     ollama: OllamaUpstream
     bridges: Bridges  # which bridge a request takes, if any (Ollama's is one)
     summarizer: Summarizer | None
@@ -100,8 +105,9 @@ class Parts:
             upstream=upstream,
             http=http,
             planner=planner,
+            bodies=Bodies(planner.offloader),
             ollama=ollama,
-            bridges=Bridges(settings, ollama),
+            bridges=Bridges((OllamaNative(ollama), GeminiOnChat.from_settings(settings, ollama))),
             summarizer=summarizer,
             credentials=Credentials(settings, upstream),
             readiness=Readiness(upstream, needs_upstream=settings.ready_needs_upstream),
@@ -111,9 +117,11 @@ class Parts:
         )
 
     async def start(self) -> None:
-        """Read the vocabularies the planner counts with (0.1-1 s each, in a worker thread), before
-        the process serves anything, `/readyz` included: never inside a request. Then start sharing
-        what this replica learns (in the background: requests never wait for it)."""
+        """Start what must start while the process is small (the large bodies' parsing children), then
+        read the vocabularies the planner counts with (0.1-1 s each, in a worker thread), before the
+        process serves anything, `/readyz` included: never inside a request. Then start sharing what
+        this replica learns (in the background: requests never wait for it)."""
+        self.bodies.start()
         await asyncio.to_thread(self.planner.vocabularies.load)
         if self.shared:
             await self.shared.start()

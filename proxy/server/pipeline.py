@@ -1,15 +1,20 @@
-"""A request's way through the proxy, top to bottom: read, decode, adapt, plan, summarise, check
-the overflow, send, retry, relay.
+"""A request's way through the proxy, top to bottom: read, its route's first step, adapt, plan,
+summarise, record, check the overflow, send, retry, relay.
 
 `Pipeline` runs over the parts wired once per app (`parts.py`: the upstream, the planner, the
-bridges, the summariser, the metrics, the settings, the headers sent upstream); its methods are the
-steps, in the order a request takes them, each handed the request in flight (`flight.py`: built when
-the request is read, filled in step by step). `compact_and_forward` is the whole compacted route;
-`forward_as_is` every other route. The dry run `/compact` takes the first steps (`dry_run.py`).
+bodies, the bridges, the summariser, the metrics, the settings, the headers sent upstream); its
+methods are the steps, in the order a request takes them, each handed the request in flight
+(`flight.py`: built when the request is read, filled in step by step). `compact_and_forward` is the
+whole compacted route; `forward_as_is` every other route. The dry run `/compact` takes the first
+steps (`dry_run.py`).
 
-Where a request goes and how its answer comes back is its way (`proxy.ways.base`): the route's
-own (`proxy.ways.direct.Direct`), a bridge to a server of another API (chosen by `plan`), or as it came (`Passing`).
-The steps send and relay over it without knowing which it is.
+What differs from one format to another is asked of the format object (`proxy.formats`), never of
+its name. A step only some formats take is registered by them: the step before all others (Codex's
+remote compaction, `remote_compaction.py`), a bridge to a server of another API
+(`proxy.ways.choice`). Where a request goes and how its answer comes back is its way
+(`proxy.ways.base`): the route's own (`Direct`), a bridge's, or as it came (`Passing`); the steps send
+and relay over it without knowing which it is. How large a body is decides only where its work runs
+(`proxy.bodies.work`: off the event loop when large), never which steps it takes.
 """
 
 from __future__ import annotations
@@ -24,8 +29,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.bodies.jsonbody import dump_json, parse_json_object
-from proxy.bodies.split_parse import SPLIT_PARSER
+from proxy.bodies.jsonbody import dump_json
 from proxy.counting.calibration import Truncation
 from proxy.engine.plan import ChatPlan
 from proxy.engine.refusal import refusal_for
@@ -51,7 +55,6 @@ from proxy.ways.passing import Passing
 log = logging.getLogger("proxy")
 
 LOGGED_BODY_BYTES = 64 * 1024
-OFFLOAD_BYTES = 1024 * 1024
 
 
 class Pipeline:
@@ -59,7 +62,9 @@ class Pipeline:
 
     def __init__(self, parts: Parts) -> None:
         self.parts = parts
-        self.remote_compaction = RemoteCompaction.from_settings(parts.settings)
+        remote = RemoteCompaction.from_settings(parts.settings)
+        # The step a format's requests take before all others, registered by format (when it is on).
+        self.first_steps = dict.fromkeys(remote.formats, remote) if remote.active else {}
         self._upstream_server = {
             "upstream_host": parts.settings.upstream_host,
             "upstream_kind": parts.settings.upstream_kind,
@@ -69,50 +74,48 @@ class Pipeline:
 
     async def compact_and_forward(self, request: Request, route: FormatRoute) -> Response:
         """Read the request into the neutral conversation, compact it, forward it, relay the answer."""
-        flight = Flight.read(request, route, await self.read(request))
-        body = await self.decode(flight.raw)
-        if self.remote_compaction.applies(route):  # Codex's remote compaction, in the server's place
-            expand = self.remote_compaction.expand  # a large body's items walked off the loop
-            large = len(flight.raw) >= OFFLOAD_BYTES
-            expanded = await self.parts.planner.in_thread(expand, body) if large else expand(body)
-            if expanded is not body:
-                body, flight.raw = expanded, dump_json(expanded)
-            if self.remote_compaction.is_trigger(body):
-                return await self.remote_compaction.answer(self.adapt, self.parts, request, route, body)
-        original, large = body, len(flight.raw) >= OFFLOAD_BYTES
-        if large:  # a large body is read item by item in a worker thread too
-            adapted = await self.parts.planner.in_thread(
-                self.adapt, route.format, body, flight.raw, request.path_params
-            )
-        else:
-            adapted = self.adapt(route.format, body, flight.raw, request.path_params)
-        flight.body, flight.raw, flight.conversation = adapted
-        conversation = flight.conversation
-        if conversation is None:  # the server keeps or compacts this history itself
+        flight = await self.read(request, route)
+        if (answered := await self.first_step(flight)) is not None:
+            return answered
+        await self.read_conversation(flight)
+        if flight.conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(flight))
-        flight.way = direct_way(flight, original)
-        plan = flight.plan = await self.summarise(flight, await self.plan(flight))
-        flight.record = self.parts.records.add(
-            request.scope["headers"], route.format.name, conversation, plan
-        )
+        flight.plan = await self.summarise(flight, await self.plan(flight))
+        self.record(flight)
         self.check_overflow(flight)
         self.log_plan(flight)
         response = await until_disconnect(request, self.send_compacted(flight))
-        if len(flight.raw) >= OFFLOAD_BYTES:  # its million objects freed off the loop, a few at a time
-            big = [flight.body, conversation.request, conversation.sources, plan.result.messages]
-            del body, original, conversation, plan, adapted, flight
-            self.parts.planner.offloader.release(big)
+        self.release(flight)
         return response
 
-    async def read(self, request: Request) -> bytes:
-        return await read_json_body(request, self.parts.settings.max_body_bytes)
+    async def read(self, request: Request, route: FormatRoute) -> Flight:
+        """The request in flight: its bytes (decoded, under the limit) and its JSON body (a large one
+        parsed off the loop, so other clients are served meanwhile)."""
+        flight = Flight.read(
+            request, route, await read_json_body(request, self.parts.settings.max_body_bytes)
+        )
+        flight.body = await self.parts.bodies.parse(flight.raw)
+        return flight
 
-    async def decode(self, raw: bytes) -> dict[str, Any]:
-        # A large body is parsed off the loop, like its plan (a huge one in a child process, handed
-        # back in pieces: `split_parse.py`): other clients are served meanwhile.
-        if len(raw) >= OFFLOAD_BYTES:
-            return await SPLIT_PARSER.parse(raw, self.parts.planner.offloader)
-        return parse_json_object(raw)
+    async def first_step(self, flight: Flight) -> Response | None:
+        """The step its format takes before all others, if any (Codex's remote compaction on the
+        Responses route): it may rewrite the body, or answer the request in the server's place."""
+        step = self.first_steps.get(flight.route.format)
+        return await step.take(flight, self.parts, self.adapt) if step is not None else None
+
+    async def read_conversation(self, flight: Flight) -> None:
+        """The flight's body adapted (`adapt`: a large one read off the loop), and when the proxy
+        compacts it, its route's own way upstream: what its answer reports of the edits the proxy
+        applied in the server's place, if any."""
+        original, wire, params = flight.body, flight.route.format, flight.request.path_params
+        assert original is not None
+        body, flight.raw, conversation = await self.parts.bodies.run(
+            flight.raw, self.adapt, wire, original, flight.raw, params
+        )
+        flight.body, flight.conversation = body, conversation
+        if conversation is not None:
+            way, report = flight.way, wire.context_report(original, body)
+            flight.way = Direct(wire, way.path, way.from_root, streamed=wire.streamed(body), report=report)
 
     def adapt(
         self, wire: WireFormat, body: dict[str, Any], raw: bytes, params: dict[str, str]
@@ -156,6 +159,12 @@ class Pipeline:
         if done.summarized:
             self.parts.metrics.summaries.labels("written").inc(done.summarized)
         return done
+
+    def record(self, flight: Flight) -> None:
+        """What the live page shows of it (`proxy.live`)."""
+        assert flight.conversation is not None and flight.plan is not None
+        headers, label = flight.request.scope["headers"], flight.route.format.name
+        flight.record = self.parts.records.add(headers, label, flight.conversation, flight.plan)
 
     def check_overflow(self, flight: Flight) -> None:
         """Count the compaction; refuse a request still over its limit when the policy (or the
@@ -215,6 +224,14 @@ class Pipeline:
         self.parts.records.retried(flight.record, overflow, flight.plan, conversation)
         return await self.send(flight)
 
+    def release(self, flight: Flight) -> None:
+        """Once its answer is on its way: a large body's million objects freed off the loop, a few at
+        a time (the flight is the last to hold them)."""
+        conversation, plan = flight.conversation, flight.plan
+        assert conversation is not None and plan is not None
+        big = [flight.body, conversation.request, conversation.sources, plan.result.messages]
+        self.parts.bodies.release(flight.raw, big)
+
     # ------------------------------------------------------------------ every route's last steps
 
     async def send(self, flight: Flight) -> httpx.Response:
@@ -265,16 +282,3 @@ class Pipeline:
         route = self.parts.routes.for_path(request.url.path)  # the format its path speaks
         flight = Flight(request, route, Passing(path, from_root), content, compacted=False)
         return await until_disconnect(request, self.forward(flight))
-
-
-def direct_way(flight: Flight, original: dict[str, Any]) -> Direct:
-    """The compacted route's own way upstream, where `flight.way` (as it came) went: what its answer
-    reports of the edits the proxy applied in the server's place, if any."""
-    wire, body = flight.route.format, flight.body
-    assert body is not None
-    # A format that applies edits in the server's place reports them (`ReportsContextEdits`); asked
-    # by attribute: a runtime protocol's `isinstance` walks every member, every request.
-    report_of = getattr(wire, "context_report", None)
-    report = report_of(original, body) if report_of is not None else None
-    way = flight.way
-    return Direct(wire, way.path, way.from_root, streamed=wire.streamed(body), report=report)

@@ -1,5 +1,6 @@
 """Codex's remote compaction answered by the proxy (`proxy.formats.responses_compaction` has the
-wire shapes and the seal): the step of the Responses route that comes before all others.
+wire shapes and the seal): the step the Responses format's requests take before all others
+(`take`), registered by that format (`formats`) when the proxy answers it.
 
 `COMPACT_REMOTE_COMPACTION`: `auto` (the default) answers it for every upstream but OpenAI's own API
 (`api.openai.com`, which makes such items itself), `proxy` always, `upstream` never. The key that
@@ -15,12 +16,13 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.formats import Conversation, FormatRoute, WireFormat
+from proxy.bodies.jsonbody import dump_json
+from proxy.formats import RESPONSES, Conversation, FormatRoute, WireFormat
 from proxy.formats.responses_compaction import (
     compaction_answer,
     expand,
@@ -29,6 +31,7 @@ from proxy.formats.responses_compaction import (
     left_to_the_item,
     seal,
 )
+from proxy.server.flight import Flight
 from proxy.server.parts import Parts
 from proxy.settings import Settings
 
@@ -48,6 +51,7 @@ class RemoteCompaction:
     active: bool
     key: bytes
     limit: int  # the most an item may unpack to
+    formats: ClassVar[tuple[WireFormat, ...]] = (RESPONSES,)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RemoteCompaction:
@@ -56,9 +60,6 @@ class RemoteCompaction:
         key = settings.compaction_key.get_secret_value().encode() if settings.compaction_key else None
         return cls(active, key or secrets.token_bytes(32), settings.max_body_bytes)
 
-    def applies(self, route: FormatRoute) -> bool:
-        return self.active and route.format.name == "responses"
-
     def expand(self, body: dict[str, Any]) -> dict[str, Any]:
         """The request with the proxy's compaction items expanded (a forged one refused)."""
         return expand(body, self.key, self.limit)
@@ -66,6 +67,17 @@ class RemoteCompaction:
     @staticmethod
     def is_trigger(body: dict[str, Any]) -> bool:
         return is_trigger(body)
+
+    async def take(self, flight: Flight, parts: Parts, adapt: Adapt) -> Response | None:
+        """The flight's body with the proxy's items expanded (a large body's walked off the loop), and
+        the answer to a trigger; None when the request goes on (to be read, planned, sent)."""
+        assert flight.body is not None
+        expanded = await parts.bodies.run(flight.raw, self.expand, flight.body)
+        if expanded is not flight.body:
+            flight.body, flight.raw = expanded, dump_json(expanded)
+        if not self.is_trigger(flight.body):
+            return None
+        return await self.answer(adapt, parts, flight.request, flight.route, flight.body)
 
     async def answer(
         self, adapt: Adapt, parts: Parts, request: Request, route: FormatRoute, body: dict[str, Any]

@@ -85,7 +85,27 @@ def buffered_response(response: httpx.Response, body: bytes, extra: dict[str, st
     return forwarded
 
 
-class StreamedResponse(StreamingResponse):
+class UpstreamStream(StreamingResponse):
+    """An answer streamed from the upstream's `response` (passed on, or translated as it arrives):
+    the upstream response is closed when the client has it all, goes away, or the upstream fails,
+    and the stream is counted among the open ones (`metrics`, when given)."""
+
+    response: httpx.Response
+    metrics: Metrics | None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.metrics:
+            self.metrics.streams_open.inc()
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with contextlib.suppress(httpx.HTTPError):  # a broken stream is closed: said already
+                await self.response.aclose()
+            if self.metrics:
+                self.metrics.streams_open.dec()
+
+
+class StreamedResponse(UpstreamStream):
     """The upstream's body passed on chunk by chunk as it arrives. The upstream response is closed
     when the client has it all, disconnects, or the upstream fails. `on_complete` gets the last
     bytes of a stream that ended normally (where the usage report is); `stream_error` words the
@@ -158,17 +178,6 @@ class StreamedResponse(StreamingResponse):
             return
         if self.on_complete:
             self.on_complete(tail)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.metrics:
-            self.metrics.streams_open.inc()
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with contextlib.suppress(httpx.HTTPError):  # a broken stream is closed: said already
-                await self.response.aclose()
-            if self.metrics:
-                self.metrics.streams_open.dec()
 
 
 def is_event_stream(response: httpx.Response) -> bool:

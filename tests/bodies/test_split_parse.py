@@ -11,11 +11,11 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.bodies import split_parse
 from proxy.bodies.jsonbody import dump_json, parse_json_object
 from proxy.bodies.offload import Offloader
 from proxy.bodies.split_parse import SplitParser, assemble, split, weight
 from proxy.errors import ProxyError
-from proxy.bodies import split_parse
 
 
 def function_calls(calls: int) -> bytes:

@@ -145,7 +145,7 @@ def test_the_stream_is_the_paths_and_the_prompt_size_is_the_usage_metadatas() ->
 
 
 def test_make_settings_is_not_native_by_default() -> None:
-    from proxy.ways.choice import gemini_native
+    from proxy.ways.gemini.choice import gemini_native
 
     assert not gemini_native(make_settings())
     assert gemini_native(make_settings(upstream_url="https://generativelanguage.googleapis.com"))

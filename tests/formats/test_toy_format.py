@@ -78,6 +78,9 @@ class Transcript:
     def context_edits(self, body: Body) -> Body:
         return body
 
+    def context_report(self, original: Body, edited: Body) -> None:
+        return None
+
 
 TOY = FormatRoute(
     "/v1/transcripts", Transcript(), "/transcripts", scope=("/v1/transcripts", "/v1/transcripts/")

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PROXY = ROOT / "proxy"
+from tests.support.modules import PROXY, imports, module_name, with_late_line
+
+ROOT = PROXY.parent
 
 # A module may import modules of its own rank or lower.
 RANKS: dict[str, float] = {
@@ -53,30 +54,6 @@ def rank(module: str) -> float:
     while module not in RANKS:
         module = module.rpartition(".")[0]
     return RANKS[module]
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PROXY.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-# Where a statement can hold others: an import is a statement, so the walk skips every expression
-# (most of a tree's nodes; `ast.walk` over them was most of this file's time).
-BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
-def imports(tree: ast.AST) -> list[str]:
-    found = []
-    statements = [tree]
-    while statements:
-        node = statements.pop()
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append(node.module)
-        elif isinstance(node, ast.Import):
-            found.extend(alias.name for alias in node.names)
-        for field in BODIES:
-            statements.extend(getattr(node, field, ()))
-    return found
 
 
 def violations(path: Path, source: str) -> list[str]:
@@ -118,8 +95,7 @@ def test_no_layer_imports_a_higher_one(path: Path) -> None:
 )
 def test_the_check_fails_on_a_bad_import(module: str, line: str) -> None:
     path = PROXY / module
-    source = path.read_text() + f"\n\ndef _late() -> None:\n    {line}\n"
-    assert violations(path, source), f"{line} in {module} went unnoticed"
+    assert violations(path, with_late_line(path, line)), f"{line} in {module} went unnoticed"
 
 
 # Every module of a package imported in a fresh interpreter; what is then loaded, one name a line.
@@ -199,5 +175,4 @@ def test_tests_and_benchmarks_share_only_the_support_package(path: Path) -> None
 )
 def test_the_helper_check_fails_on_a_bad_import(module: str, line: str) -> None:
     path = ROOT / module
-    source = path.read_text() + f"\n\ndef _late() -> None:\n    {line}\n"
-    assert helper_violations(path, source), f"{line} in {module} went unnoticed"
+    assert helper_violations(path, with_late_line(path, line)), f"{line} in {module} went unnoticed"

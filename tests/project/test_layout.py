@@ -3,7 +3,8 @@ of `proxy/` it tests (`tests/engine/` for `proxy/engine/`, `tests/test_settings.
 `proxy/settings.py`), a file whose tests all need a tier in that tier's folder (`tests/process/`,
 `tests/llama/`, ...), checks of the repository as a whole in `tests/project/`. A plain `pytest`
 skips the tier folders unread, so a whole-tier file left among the fast ones costs every run its
-imports."""
+imports. And every module of `proxy/` where its part of the picture is: each folder's role (below)
+checked on what its modules import and define, each failure saying where the code goes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,17 @@ from pathlib import Path
 import pytest
 from _pytest.mark.expression import Expression
 
+from proxy.formats.chat import ChatCompletions
+from tests.support.folders import (
+    BRIDGES,
+    classes_in,
+    misplaced_import,
+    missing_seam,
+    names_seams,
+    unregistered,
+    unrouted,
+)
+from tests.support.modules import imports, module_name, with_late_line
 from tests.support.tiers import NOT_TESTS, PROJECT, PROXY, TESTS, TIERS, can_select, home, mirrored
 
 PYPROJECT = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
@@ -133,3 +145,82 @@ def test_the_check_says_where_a_misplaced_file_goes(
 def test_a_fast_file_with_some_tier_tests_stays_beside_its_part() -> None:
     source = "import pytest\n@pytest.mark.process\ndef test_a(): pass\ndef test_b(): pass\n"
     assert whole_file_tier(source) is None
+
+
+# ---------------------------------------------------------------- each folder of proxy/ holds its part
+# (`tests/support/folders.py` says each folder's role)
+
+MODULES = sorted(PROXY.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PROXY)))
+def test_each_module_imports_what_its_folders_role_allows(path: Path) -> None:
+    name = module_name(path)
+    bad = [why for i in imports(ast.parse(path.read_text())) if (why := misplaced_import(name, i))]
+    assert bad == [] and names_seams(path, path.read_text()) == []
+
+
+def test_every_way_implements_the_whole_seam_and_every_bridge_is_wired() -> None:
+    wiring = (PROXY / "server" / "parts.py").read_text()
+    bad = [why for module, cls in classes_in("ways") if (why := missing_seam(module, cls))]
+    bad += [why for bridge in BRIDGES if (why := unregistered(bridge, wiring))]
+    assert bad == []
+
+
+def test_every_wire_format_is_on_a_route_row() -> None:
+    assert [why for module, cls in classes_in("formats") if (why := unrouted(module, cls))] == []
+
+
+@pytest.mark.parametrize(
+    ("module", "imported", "goes"),
+    [
+        ("proxy.server.app", "proxy.connections.flow", "goes in connections/"),
+        ("proxy.server.pipeline", "uvicorn.protocols.http.httptools_impl", "goes in connections/"),
+        ("proxy.upstream.probes", "concurrent.futures", "it goes in bodies/"),
+        ("proxy.server.app", "proxy.bodies.split_parse", "through proxy.bodies.work.Bodies"),
+        ("proxy.formats.chat", "httpx", "goes in ways/ or upstream/"),
+        ("proxy.live.records", "proxy.ways.direct", "never the request path's objects"),
+        ("proxy.ways.direct", "proxy.live.records", "only the request's steps"),
+        ("proxy.server.pipeline", "proxy.ways.ollama.bridge", "wired in server/parts.py alone"),
+        ("proxy.cli", "proxy.connections.protocol", None),
+        ("proxy.server.parts", "proxy.ways.gemini.choice", None),
+        ("proxy.ways.gemini.over_ollama", "proxy.ways.ollama.bridge", None),
+    ],
+)
+def test_the_folder_check_says_where_an_import_goes(module: str, imported: str, goes: str | None) -> None:
+    why = misplaced_import(module, imported)
+    assert why is None if goes is None else goes in (why or "")
+
+
+@pytest.mark.parametrize(
+    ("module", "line"),
+    [  # as they stood at 38fb865
+        ("server/remote_compaction.py", 'return self.active and route.format.name == "responses"'),
+        ("ways/choice.py", 'if route.bridge == "ollama": pass'),
+        ("server/pipeline.py", 'report_of = getattr(wire, "context_report", None)'),
+    ],
+)
+def test_the_check_sees_a_format_named_in_the_core(module: str, line: str) -> None:
+    path, routes = PROXY / module, PROXY / "formats" / "routes.py"
+    assert names_seams(path, with_late_line(path, line)), f"{line} in {module} went unnoticed"
+    assert names_seams(routes, with_late_line(routes, line)) == []  # a format's own folder may name it
+
+
+class HalfWay:
+    """Relays, but says neither where it goes nor what it sends."""
+
+    async def relay(self, response: object, answer: object) -> None: ...
+
+
+class Unrouted(ChatCompletions):
+    """A wire format no route row carries."""
+
+
+def test_the_seam_and_route_checks_say_what_is_missing() -> None:
+    assert "lacks ['content', 'from_root', 'outgoing', 'path', 'retries', 'window']" in (
+        missing_seam("proxy.ways.half", HalfWay) or ""
+    )
+    assert "wire ['OllamaNative'] in server/parts.py" in (unregistered("ollama", "") or "")
+    assert "registers itself" in (unregistered("carrier_pigeon", "") or "")
+    assert "on no route row" in (unrouted("proxy.formats.unrouted", Unrouted) or "")
+    assert unrouted("proxy.formats.chat", ChatCompletions) is None

@@ -8,19 +8,17 @@ carries `x-compaction-upstream-truncated` when the server read less than it was 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 import orjson
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
 
 from proxy.formats.gemini import gemini_error
 from proxy.metrics import Metrics
 from proxy.upstream.forwarding import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
-from proxy.upstream.streaming import is_event_stream
+from proxy.upstream.streaming import UpstreamStream, is_event_stream
 from proxy.ways.base import Answer, Learn
 from proxy.ways.gemini.gemini_answer import StreamTranslator, error_from_chat, event, generate_response
 
@@ -60,7 +58,7 @@ async def relay_from_chat(response: httpx.Response, streamed: bool, answer: Answ
     return Response(orjson.dumps(translated), media_type=JSON, headers=headers)
 
 
-class _SseResponse(StreamingResponse):
+class _SseResponse(UpstreamStream):
     """The chat server's SSE events, translated to Gemini's as they arrive; the upstream response
     is closed when the client has it all, goes away, or the upstream fails."""
 
@@ -96,12 +94,3 @@ class _SseResponse(StreamingResponse):
             learn(translator.prompt_tokens, b"")
             return
         yield stream_error("The upstream stream broke off before it was done.")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.metrics.streams_open.inc()
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with contextlib.suppress(httpx.HTTPError):
-                await self.response.aclose()
-            self.metrics.streams_open.dec()

@@ -7,19 +7,18 @@ a non-streamed answer then carries `x-compaction-upstream-truncated` (a stream's
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
 import httpx
 import orjson
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
 
 from proxy.errors import openai_error_body
 from proxy.metrics import Metrics
 from proxy.upstream.forwarding import MAX_ANSWER_BYTES, decoded_lines, map_transport_errors, read_decoded
+from proxy.upstream.streaming import UpstreamStream
 from proxy.ways.base import Answer, Learn
 from proxy.ways.ollama.openai_answer import (
     SseTranslator,
@@ -86,7 +85,7 @@ class Lines(Protocol):
     def line(self, line: bytes) -> bytes: ...
 
 
-class SseResponse(StreamingResponse):
+class SseResponse(UpstreamStream):
     """Ollama's NDJSON lines, translated to SSE events as they arrive; the upstream response is closed
     when the client has it all, goes away, or the upstream fails."""
 
@@ -119,12 +118,3 @@ class SseResponse(StreamingResponse):
             learn(translator.prompt_eval_count, b"")
             return
         yield self.stream_error("The upstream stream broke off before it was done.")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.metrics.streams_open.inc()
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with contextlib.suppress(httpx.HTTPError):
-                await self.response.aclose()
-            self.metrics.streams_open.dec()

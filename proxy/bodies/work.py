@@ -1,0 +1,52 @@
+"""Where a request body's size decides how it is worked on: one call per step, the same for every
+size. A body under `LARGE_BYTES` is parsed, read and edited on the event loop, where a worker
+thread's hop would cost more than the work; a larger one is parsed in pieces (`split_parse`), read
+and edited in a worker thread (`offload`), and its objects freed in one once its answer is on its
+way, so the other clients are served meanwhile. The planner decides alone how it plans a large
+conversation (over the same `Offloader`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from proxy.bodies.jsonbody import parse_json_object
+from proxy.bodies.offload import Offloader
+from proxy.bodies.split_parse import SPLIT_PARSER, SplitParser
+
+T = TypeVar("T")
+
+LARGE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Bodies:
+    """A process's request bodies: its worker threads (`offloader`, shared with the planner) and its
+    pool of parsing children (`parser`)."""
+
+    offloader: Offloader
+    parser: SplitParser = SPLIT_PARSER
+
+    def start(self) -> None:
+        """What must start while the process is small (the parsing children's fork server)."""
+        self.parser.start()
+
+    async def parse(self, raw: bytes) -> dict[str, Any]:
+        """The JSON object of `raw` (`parse_json_object`); a large one parsed off the loop."""
+        if len(raw) >= LARGE_BYTES:
+            return await self.parser.parse(raw, self.offloader)
+        return parse_json_object(raw)
+
+    async def run(self, raw: bytes, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)`, a step over the body whose bytes are `raw`: in a worker thread for a large one."""
+        if len(raw) >= LARGE_BYTES:
+            return await self.offloader.run(work, *args)
+        return work(*args)
+
+    def release(self, raw: bytes, containers: list[Any]) -> None:
+        """After the answer: a large body's containers (its parsed body, its neutral messages) freed in
+        a worker thread, a few objects at a time (`Offloader.release`); a small one's as usual."""
+        if len(raw) >= LARGE_BYTES:
+            self.offloader.release(containers)
