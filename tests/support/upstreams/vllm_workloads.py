@@ -257,12 +257,13 @@ GEMINI_TOOLS = (
 )  # fmt: skip
 
 
-def gemini_first_request(model: str, chars: int) -> tuple[Body, Body]:
-    """The Gemini API body Gemini CLI sends first, with `chars` characters of system instruction, and
-    the chat body the proxy's Gemini bridge makes of it (what an OpenAI-compatible server counts)."""
+def gemini_first_request(model: str, chars: int, described: int = 900) -> tuple[Body, Body]:
+    """The Gemini API body Gemini CLI sends first, with `chars` characters of system instruction and
+    `described` of each tool's description, and the chat body the proxy's Gemini bridge makes of it
+    (what an OpenAI-compatible server counts)."""
     schema = {"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "number"}}}
     declarations = [
-        {"name": name, "description": text("prose", 900, seed=i), "parametersJsonSchema": schema}
+        {"name": name, "description": text("prose", described, seed=i), "parametersJsonSchema": schema}
         for i, name in enumerate(GEMINI_TOOLS)
     ]
     system = text("prose", chars, seed=99)
