@@ -153,3 +153,30 @@ def quantize(ratio: float) -> float:
     """Round up to a grid of `STEP` on a log scale: nearby ratios give the same factor, and a factor
     errs on the side of counting too much, which compacts a little early rather than overflows."""
     return min(MAX_FACTOR, round(math.exp(math.ceil(math.log(ratio) / STEP - 1e-9) * STEP), 4))
+
+
+# A vocabulary that counts a prompt at more than the server reports by this much is not the server's:
+# a chat template only adds tokens. (Qwen2.5's counts digits one a token: twice cl100k's or Llama 3's.)
+EXCLUDED_OVER = 1.25
+
+
+class VocabularyEvidence:
+    """Which of the bundled vocabularies an unnamed model cannot be using, by the upstream's reports:
+    those that counted what was sent at more than `EXCLUDED_OVER` times what the server read. A
+    report that rules out every one of them (a cached prompt's tail, a vocabulary lighter than all)
+    says nothing and is ignored. What is ruled out stays ruled out: the next plans compact for the
+    heaviest of the rest, and the same evidence always gives the same count."""
+
+    def __init__(self) -> None:
+        self._excluded: ModelTable[frozenset[str]] = ModelTable()
+
+    def observe(self, model: str, counts: dict[str, int], reported: int) -> None:
+        if reported < MIN_SAMPLE:
+            return
+        out = frozenset(spec for spec, count in counts.items() if count > EXCLUDED_OVER * reported)
+        if not out or len(out) == len(counts):
+            return
+        self._excluded[model] = out | (self._excluded.get(model) or frozenset())
+
+    def excluded(self, model: str) -> frozenset[str]:
+        return self._excluded.get(model) or frozenset()

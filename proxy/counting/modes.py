@@ -34,6 +34,6 @@ HEAVIEST_OF = ("cl100k_base", "o200k_base", "qwen2.5", "llama3")
 
 
 def estimated(spec: str) -> bool:
-    """Whether `spec` counts with an estimate scaled by the model's own calibration (not an exact
-    tokenizer's, whose counts are calibrated apart: `proxy.planning.prompt_reports.exact_key`)."""
+    """Whether `spec` counts with an estimate scaled by the model's own calibration (an exact
+    tokenizer's counts are never scaled)."""
     return spec in (Counting.ESTIMATE, Counting.CHARS4)

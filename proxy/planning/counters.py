@@ -21,7 +21,40 @@ from proxy.settings import Settings
 log = logging.getLogger("proxy")
 
 
-@lru_cache(maxsize=16)
+# The four less some the upstream's reports ruled out (`VocabularyEvidence`): `heaviest-but:qwen2.5`.
+HEAVIEST_BUT = f"{Counting.HEAVIEST}-but:"
+# ... and only where the ruled-out one spends this much more than the heaviest of the rest on a text
+# (Qwen2.5 on digits: 1.8x), and by more than a short text's few tokens: elsewhere the four count
+# within a few percent of each other, and the
+# count of a text stays what it was before any evidence, so the plans of such text do not move.
+RULED_OUT_OVER = 1.1
+RULED_OUT_SLACK = 16  # tokens: a short text's counts differ by a few whatever the vocabularies
+# ... and only on a text this long (a tool's output): a short one (a note's facts, a call's arguments)
+# is counted by the four as before, so what a note keeps never depends on what came before.
+RULED_OUT_MIN_CHARS = 2_000
+
+
+def heaviest_but(excluded: frozenset[str]) -> str:
+    """The counting spec of the four less `excluded` (where it weighs: `RULED_OUT_OVER`)."""
+    kept = [spec for spec in HEAVIEST_OF if spec not in excluded]
+    return Counting.HEAVIEST if not excluded or not kept else HEAVIEST_BUT + ",".join(sorted(excluded))
+
+
+def _heaviest_but(excluded: tuple[str, ...]) -> TextCounter:
+    out = tuple(text_counter(spec) for spec in HEAVIEST_OF if spec in excluded)
+    kept = tuple(text_counter(spec) for spec in HEAVIEST_OF if spec not in excluded)
+
+    def count(text: str) -> int:
+        if len(text) < RULED_OUT_MIN_CHARS:
+            return max(each(text) for each in (*kept, *out))
+        rest = max(each(text) for each in kept)
+        heaviest = max(rest, *(each(text) for each in out))
+        return rest if heaviest > RULED_OUT_OVER * rest + RULED_OUT_SLACK else heaviest
+
+    return count
+
+
+@lru_cache(maxsize=32)
 def text_counter(spec: str) -> TextCounter:
     """The text counter a counting spec names, one per process, remembering the texts it counted: the
     estimate for the proxy's own modes, else the exact tokenizer; `heaviest` the most any of the four
@@ -35,6 +68,8 @@ def text_counter(spec: str) -> TextCounter:
     if spec == Counting.HEAVIEST:
         counters = tuple(text_counter(each) for each in HEAVIEST_OF)
         return MemoTextCounter(lambda text: max(count(text) for count in counters))
+    if spec.startswith(HEAVIEST_BUT):
+        return MemoTextCounter(_heaviest_but(tuple(spec.removeprefix(HEAVIEST_BUT).split(","))))
     from proxy.counting.tokenizers import load_text_counter
 
     return MemoTextCounter(load_text_counter(spec))

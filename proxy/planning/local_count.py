@@ -1,7 +1,8 @@
 """Counting a request without the upstream: with the vocabulary the model's name says, else with
 the four bundled ones (an unnamed model may use any of them), else with the estimate. No I/O and no
-memory of earlier requests but the calibration, which never refuses: the same request gets the same
-decision. Runs where the planner puts it, in a worker thread for a large request.
+memory of earlier requests but the estimate's calibration (where no vocabulary counts) and what the
+upstream's reports ruled out of the four (only for text they count very differently): the same request
+gets the same decision. Runs where the planner puts it, in a worker thread for a large request.
 
 With the four: compacted until it fits the heaviest; forwarded if it fits any of them (the heaviest
 that fits plans it); refused only when even the lightest puts the part never cut over the window, or,
@@ -14,12 +15,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from proxy.counting.calibration import Calibrator
+from proxy.counting.calibration import Calibrator, VocabularyEvidence
 from proxy.counting.modes import HEAVIEST_OF, OWN_MODES, Counting
 from proxy.engine.plan import Body, ChatPlan, requested_reply
-from proxy.planning.counters import Vocabularies
+from proxy.planning.counters import Vocabularies, heaviest_but
 from proxy.planning.drafts import Draft, Drafter, with_reply_limit
-from proxy.planning.prompt_reports import exact_key
 
 # A vocabulary's count of the text still leaves out the chat template around it (a token or two more
 # a message than `MESSAGE_OVERHEAD` in Qwen's, a preamble for the tools): judged with this margin.
@@ -36,6 +36,7 @@ class LocalCount:
         self.calibrator = calibrator
         self.vocabularies = vocabularies
         self.rejects_overflow = rejects_overflow
+        self.evidence = VocabularyEvidence()  # which of the four the upstream's reports rule out
 
     def spec_for(self, model: str, mode: str) -> str | None:
         """The local counter of a request: the configured vocabulary, else (the default rule) the
@@ -44,7 +45,7 @@ class LocalCount:
             return mode if self.vocabularies.has(mode) else None
         spec = self.vocabularies.for_model(model)
         if spec is None and self.vocabularies.has(Counting.HEAVIEST):
-            spec = Counting.HEAVIEST
+            spec = heaviest_but(self.evidence.excluded(model))
         return spec
 
     def decide(self, draft: Draft, factor: float, share: float, chars: int) -> ChatPlan:
@@ -70,9 +71,10 @@ class LocalCount:
             plan = self.drafter.plan(replace(draft, spec=Counting.ESTIMATE), factor, None)
             return self.for_the_upstream(draft, plan) if self._may_send(plan) else plan
         exact = replace(draft, spec=spec)
-        scale = max(1.0, self.calibrator.factor(exact_key(model, spec)))  # never below its own count
-        plan = self.drafter.plan(exact, scale, TEMPLATE_MARGIN)
-        if spec != Counting.HEAVIEST:
+        # Never scaled by a calibration: the count is exact, and what the server adds around it (its
+        # template) is the margin's; a factor learned from other requests would move this one's plan.
+        plan = self.drafter.plan(exact, 1.0, TEMPLATE_MARGIN)
+        if not spec.startswith(Counting.HEAVIEST):
             return plan
         plan = replace(plan, guessed=True)
         if plan.result.over_window:
@@ -104,6 +106,14 @@ class LocalCount:
     def _total(self, spec: str, body: Body, messages: list[dict[str, Any]]) -> int:
         counter = self.drafter.counter(spec)
         return counter.fixed(body) + sum(map(counter.message, messages))
+
+    def learn(self, plan: ChatPlan, reported: int) -> None:
+        """What the upstream read of a guessed plan's prompt rules out of the four (`VocabularyEvidence`)."""
+        if plan.guessed:
+            counts = {
+                spec: plan.budget.fixed + self._total(spec, {}, plan.result.messages) for spec in HEAVIEST_OF
+            }
+            self.evidence.observe(plan.model, counts, reported)
 
     def own_count(self, plan: ChatPlan) -> int | None:
         """What the vocabulary `plan.model`'s name says counts of the messages `plan` sent, if any."""

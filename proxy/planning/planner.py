@@ -92,7 +92,12 @@ class Planner:
         self.settings = settings
         self.detector = detector
         self.calibrator = calibrator or Calibrator(settings.calibrate)
-        self.reports = PromptReports(self.calibrator, metrics, lambda plan: self.local.own_count(plan))
+        self.reports = PromptReports(
+            self.calibrator,
+            metrics,
+            lambda plan: self.local.own_count(plan),
+            lambda plan, reported: self.local.learn(plan, reported),
+        )
         # The windows the upstream was seen cutting at (`reports` writes them): every plan reads them.
         self.seen_windows = self.reports.seen_windows
         # Written notes, reused as the chat resends old results; shared with plans in worker threads.

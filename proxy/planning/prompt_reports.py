@@ -21,12 +21,6 @@ from proxy.metrics import Metrics
 log = logging.getLogger("proxy")
 
 
-def exact_key(model: str, spec: str) -> str:
-    """The calibration key of `model` counted with the exact tokenizer `spec`: the server may count
-    more than the bundled vocabulary does (its chat template, a fine-tune's added tokens)."""
-    return f"{model}\x00{spec}"
-
-
 def how_counted(plan: ChatPlan) -> str:
     """What `plan`'s count of what it sent is, as evidence of a cut: the server's own count, the
     model's own vocabulary, or a guess (the estimate; the four vocabularies of an unnamed model)."""
@@ -46,11 +40,13 @@ class PromptReports:
         calibrator: Calibrator,
         metrics: Metrics | None = None,
         own_count: Callable[[ChatPlan], int | None] | None = None,
+        learn: Callable[[ChatPlan, int], None] | None = None,
     ) -> None:
         self.calibrator = calibrator
         self.metrics = metrics
         # What the model's own vocabulary (its name says which) counts of what a plan sent, if any.
         self.own_count = own_count
+        self.learn = learn  # what else a report teaches (which vocabularies an unnamed model's is not)
         # The window the upstream was seen cutting at, per model and per window the request set (for
         # Ollama, a request without `num_ctx` runs at its default, one with it at that size).
         self.seen_windows: ModelTable[int] = ModelTable()
@@ -66,17 +62,16 @@ class PromptReports:
             return truncation  # the server's own count needs no calibration; a cut's says nothing
         if plan.window.stops_at_end and reported < plan.result.tokens_after:
             return None  # from a server that can cut silently, a lower count may be a cut's: not learned
-        # An exact tokenizer's counts are calibrated apart from the estimate's (`exact_key`).
-        key = plan.model if estimated(plan.counted_by) else exact_key(plan.model, plan.counted_by)
-        before = self.calibrator.factor(key)
-        self.calibrator.observe(key, round(plan.result.tokens_after / plan.factor), reported)
-        after = self.calibrator.factor(key)
+        if self.learn:
+            self.learn(plan, reported)
+        if not estimated(plan.counted_by):
+            return truncation  # an exact count is never scaled: only the estimate is calibrated
+        before = self.calibrator.factor(plan.model)
+        self.calibrator.observe(plan.model, round(plan.result.tokens_after / plan.factor), reported)
+        after = self.calibrator.factor(plan.model)
         if after != before:
             log.info(
-                "calibration for model %r (%s): %.3f real tokens per counted token",
-                plan.model or "-",
-                plan.counted_by,
-                after,
+                "calibration for model %r: %.3f real tokens per estimated token", plan.model or "-", after
             )
         return truncation
 

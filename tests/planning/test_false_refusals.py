@@ -87,19 +87,37 @@ async def test_the_heaviest_count_is_a_setting_of_its_own() -> None:
     assert plan.counted_by == Counting.HEAVIEST and plan.result.tokens_before == real_size(messages)
 
 
-async def test_reports_heavier_than_the_four_compact_deeper_but_never_refuse() -> None:
+async def test_reports_heavier_than_the_four_never_refuse_nor_move_a_plan() -> None:
     """The upstream said this model spends twice what the heaviest vocabulary counts (a vocabulary
-    heavier than all four, as Llama 2's on Chinese): its requests are compacted for that, but a
-    paste that fits the four is not refused on the strength of other text's reports; the server
-    judges it (and the proxy retries by the count its error gives)."""
+    heavier than all four, as Llama 2's on Chinese): that says nothing sure of other text, so the
+    next plans are the ones a fresh process makes (the same request, the same decision), and a paste
+    that fits the four is not refused; the server judges it (the proxy retries by the count its
+    error gives)."""
     p = planner()
     history = [{"role": "user", "content": text_of_kind("code", 10_000)}]
     first = await p.plan({"model": "m", "messages": history})
     p.read_report(first, 2 * first.result.tokens_after)
     again = await p.plan({"model": "m", "messages": history})
-    assert again.factor >= 1.9 and again.result.tokens_before > first.result.tokens_before
+    assert again.result == first.result and again.factor == first.factor
     plan = await p.plan({"model": "m", "messages": paste("Chinese", 0.85)})
     assert not plan.result.over_window
+
+
+async def test_what_the_reports_rule_out_lightens_only_the_text_it_counts_very_differently() -> None:
+    """Qwen2.5 counts digits one a token, twice what a cl100k server reports: once the reports rule it
+    out, number-heavy text is counted by the heaviest of the rest (the window used, issue 34 row 4),
+    and prose exactly as before (its plans do not move, row 5)."""
+    p = planner()
+    table = "\n".join(f"{i:06d},{i * 7919 % 1000003:07d},{i * 31 % 99991:05d}" for i in range(300))
+    numbers = {"model": "m", "messages": [{"role": "user", "content": table}]}
+    prose = {"model": "m", "messages": [{"role": "user", "content": text_of_kind("code", 20_000)}]}
+    before = (await p.plan(numbers), await p.plan(prose))
+    cl100k = load_text_counter("cl100k_base")
+    p.read_report(before[0], cl100k(table) + 8)
+    after = (await p.plan(numbers), await p.plan(prose))
+    assert after[0].counted_by == "heaviest-but:qwen2.5"
+    assert after[0].result.tokens_before < 0.7 * before[0].result.tokens_before
+    assert after[1].result.tokens_before == before[1].result.tokens_before
 
 
 async def test_to_an_upstream_that_refuses_overflows_what_no_exact_count_puts_over_goes_for_its_verdict() -> (
