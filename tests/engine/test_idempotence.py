@@ -112,15 +112,15 @@ def assert_idempotent(settings_: Settings, body: dict[str, Any]) -> ChatPlan:
 
 
 def chinese_result_at_2k() -> list[Message]:
-    """Issue 34's fresh-clone failure, as it reported it: a Chinese tool result at a 2k window, whose
-    line moved 1,638 -> 1,270 when the output was compacted again (the estimate's margin measured on
-    the output, mostly Chinese once the ASCII went, was larger than on the request). The draw itself
-    was not kept; this is its shape: ASCII results before, the Chinese one last and unread."""
+    """Issue 34's fresh-clone failure: a Chinese tool result at a 2k window, whose line moved when
+    the output was compacted again (the estimate's margin measured on the output, mostly Chinese once
+    the ASCII went, was larger than on the request). The issue's own draw was not kept; this one, of
+    the same strategy, fails on e02f76e the same way: "line 1638 -> 1401, capped (3, 5, 7) -> (5, 7)"."""
     messages: list[Message] = [
         {"role": "system", "content": "You are a coding agent. " * 10},
-        {"role": "user", "content": CJK * 3},
+        {"role": "user", "content": CJK * 20},
     ]
-    for i, (kind, chars) in enumerate([("log", 8_000), ("code", 2_000), ("cjk", 8_000)]):
+    for i, (kind, chars) in enumerate([("log", 8_000), ("code", 2_000), ("cjk", 24_000)]):
         call = {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": result_text(kind, chars)})
@@ -132,7 +132,7 @@ def chinese_result_at_2k() -> list[Message]:
     messages=chinese_result_at_2k(),
     window=2048,
     keep_turns=1,
-    keep_results=1,
+    keep_results=3,
     target=0.6,
     kind="openai",
     max_tokens=256,
