@@ -12,11 +12,8 @@ within it by the heaviest; a server with a heavier vocabulary refuses the rest i
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
 import httpx
 import pytest
@@ -25,10 +22,9 @@ from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
 from proxy.planning.planner import Planner
 from proxy.settings import Settings
-from tests.support.json_handler import JsonHandler
 from tests.support.kinds import KINDS, text_of_kind
 from tests.support.pastes import lightest_size
-from tests.support.processes import VENV_BIN, free_port, running
+from tests.support.upstreams.openai_counting import OpenAICounting, proxy_and_openai
 
 WINDOW = 8192
 SPECS = ("cl100k_base", "o200k_base", "qwen2.5", "llama3")
@@ -106,69 +102,16 @@ def test_parse_tree_output_is_undercounted_by_the_estimate_and_covered_by_the_ma
 # --- the real process: a Chinese paste at COMPACT_WINDOW=8192 -------------------------------------
 
 
-class _Upstream(JsonHandler):
-    """An OpenAI-like upstream (api.openai.com's behaviour): no `/tokenize` (404), a prompt over the
-    window refused with 400 `context_length_exceeded` as OpenAI words it, else chat completions
-    answered with `usage.prompt_tokens` as the server counts it; every answered body recorded."""
-
-    bodies: ClassVar[list[dict[str, Any]]] = []
-    count: ClassVar[Callable[[str], int]] = len
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        if not self.path.endswith("/chat/completions"):
-            self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
-            return
-        prompt = sum(type(self).count(text_of(m.get("content"))) + 4 for m in body["messages"])
-        if prompt > WINDOW:
-            message = (
-                f"This model's maximum context length is {WINDOW} tokens. However, your messages resulted in "
-                f"{prompt} tokens. Please reduce the length of the messages."
-            )
-            error = {"message": message, "type": "invalid_request_error", "param": "messages"}
-            self._send(400, {"error": {**error, "code": "context_length_exceeded"}})
-            return
-        type(self).bodies.append(body)
-        answer = {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": body["model"],
-            "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
-            ],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1},
-        }
-        self._send(200, answer)
-
-
 @pytest.fixture
-def proxy_and_upstream() -> Iterator[tuple[str, type[_Upstream]]]:
-    handler = type(
-        "Upstream", (_Upstream,), {"bodies": [], "count": staticmethod(load_text_counter("cl100k_base"))}
-    )
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    port = free_port()
-    env = {
-        "COMPACT_UPSTREAM_URL": f"http://127.0.0.1:{server.server_port}/v1",
-        "COMPACT_WINDOW": str(WINDOW),
-        "COMPACT_UPSTREAM_KIND": "openai",
-    }
-    args = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--no-access-log"]
-    try:
-        with running(args, ready_url=f"http://127.0.0.1:{port}/healthz", env=env):
-            yield f"http://127.0.0.1:{port}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+def proxy_and_upstream() -> Iterator[tuple[str, type[OpenAICounting]]]:
+    with proxy_and_openai("cl100k_base", WINDOW) as running_pair:
+        yield running_pair
 
 
 @pytest.mark.process
 @pytest.mark.parametrize("history", [False, True], ids=["paste", "paste-after-history"])
 def test_a_chinese_paste_at_8k_is_compacted_or_refused_never_sent_over(
-    proxy_and_upstream: tuple[str, type[_Upstream]], history: bool
+    proxy_and_upstream: tuple[str, type[OpenAICounting]], history: bool
 ) -> None:
     """Issue 24's repro: a Chinese paste the estimate puts under 8,192 tokens, which cl100k counts at
     about 1.4x that. What fits Qwen's vocabulary is the server's to judge (a guess never refuses):
@@ -186,6 +129,6 @@ def test_a_chinese_paste_at_8k_is_compacted_or_refused_never_sent_over(
             assert error["code"] == "context_length_exceeded"
             if "resulted in" not in error["message"]:  # the proxy's own refusal, not the server's
                 assert lightest_size(messages) > WINDOW, error
-    assert upstream.bodies, "some of them fit and were forwarded"
-    for body in upstream.bodies:
+    assert upstream.answered, "some of them fit and were answered"
+    for body in upstream.answered:
         assert real_size(body["messages"]) <= WINDOW

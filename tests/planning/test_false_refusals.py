@@ -11,25 +11,18 @@ The ruler and the sized pastes are `tests/support/pastes.py` (the heaviest real 
 
 from __future__ import annotations
 
-import contextlib
-import json
-import threading
-from collections.abc import Callable, Iterator
-from http.server import ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
 import httpx
 import pytest
 
 from proxy.counting.modes import Counting
 from proxy.counting.tokenizers import load_text_counter
-from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
 from proxy.planning.planner import Planner
 from proxy.settings import Settings
-from tests.support.json_handler import JsonHandler
 from tests.support.kinds import text_of_kind
 from tests.support.pastes import RESERVE, WINDOW, lightest_size, paste, real_size
-from tests.support.processes import VENV_BIN, free_port, running
+from tests.support.upstreams.openai_counting import proxy_and_openai
 
 
 def planner() -> Planner:
@@ -141,67 +134,8 @@ async def test_to_an_upstream_that_refuses_overflows_what_no_exact_count_puts_ov
     assert (await cutting.plan({"model": "m", "messages": far})).result.over_window
 
 
-class _OpenAI(JsonHandler):
-    """api.openai.com as the proxy sees it (its documented overflow error): no `/tokenize` (404); a
-    chat whose prompt, counted with `count`, is over `WINDOW` refused with 400
-    `context_length_exceeded`, else answered; every chat body recorded."""
-
-    bodies: ClassVar[list[dict[str, Any]]] = []
-    count: ClassVar[Callable[[str], int]] = len
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        if not self.path.endswith("/chat/completions"):
-            self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
-            return
-        type(self).bodies.append(body)
-        count = type(self).count
-        prompt = (
-            sum(count(text_of(m.get("content"))) + MESSAGE_OVERHEAD for m in body["messages"]) + REPLY_PRIMER
-        )
-        if prompt > WINDOW:
-            message = (
-                f"This model's maximum context length is {WINDOW} tokens. However, your messages resulted in "
-                f"{prompt} tokens. Please reduce the length of the messages."
-            )
-            error = {"message": message, "type": "invalid_request_error", "param": "messages"}
-            self._send(400, {"error": {**error, "code": "context_length_exceeded"}})
-            return
-        message = {"role": "assistant", "content": "ok"}
-        usage = {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1}
-        self._send(
-            200,
-            {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                "usage": usage,
-            },
-        )
-
-
-@contextlib.contextmanager
-def proxy_and_upstream(counter: str, **env: str) -> Iterator[tuple[str, type[_OpenAI]]]:
-    """The real `compacting-proxy` in front of `_OpenAI` counting with the tokenizer `counter`."""
-    handler = type("OpenAI", (_OpenAI,), {"bodies": [], "count": staticmethod(load_text_counter(counter))})
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = free_port()
-    env = {
-        "COMPACT_UPSTREAM_URL": f"http://127.0.0.1:{server.server_port}/v1",
-        "COMPACT_WINDOW": str(WINDOW),
-        "COMPACT_UPSTREAM_KIND": "openai",
-        **env,
-    }
-    args = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--no-access-log"]
-    try:
-        with running(args, ready_url=f"http://127.0.0.1:{port}/healthz", env=env):
-            yield f"http://127.0.0.1:{port}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+def proxy_and_upstream(counter: str, **env: str) -> Any:
+    return proxy_and_openai(counter, WINDOW, **env)
 
 
 def chat(base: str, messages: list[dict[str, Any]]) -> httpx.Response:
