@@ -112,8 +112,9 @@ def test_gemini_cli_first_request_is_forwarded(proxy: ProxyServer, vllm: VllmSer
     assert '"candidates"' in answer.text
 
 
-@pytest.mark.parametrize("kind", ["prose", "JSON", "Chinese", "Japanese"])
-@pytest.mark.parametrize("asked", [32_000, 4_096])
+@pytest.mark.parametrize(
+    ("kind", "asked"), [("prose", 32_000), ("JSON", 4_096), ("Chinese", 32_000), ("Japanese", 4_096)]
+)
 def test_the_reply_keeps_the_reserve_by_compacting_deeper(
     proxy: ProxyServer, vllm: VllmServer, kind: str, asked: int
 ) -> None:
