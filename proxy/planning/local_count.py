@@ -22,8 +22,10 @@ from proxy.planning.counters import Vocabularies, heaviest_but
 from proxy.planning.drafts import Draft, Drafter, with_reply_limit
 
 # A vocabulary's count of the text still leaves out the chat template around it (a token or two more
-# a message than `MESSAGE_OVERHEAD` in Qwen's, a preamble for the tools): judged with this margin.
-TEMPLATE_MARGIN = 0.02
+# a message than `MESSAGE_OVERHEAD` in Llama 3's and Qwen's, a preamble for the tools): counted this
+# much heavier, so that the line is where the server draws it. Never what refuses a request: what it
+# alone puts over the window is planned by the vocabulary's own count.
+TEMPLATE_FACTOR = 1.02
 
 
 class LocalCount:
@@ -72,14 +74,19 @@ class LocalCount:
             return self.for_the_upstream(draft, plan) if self._may_send(plan) else plan
         exact = replace(draft, spec=spec)
         # Never scaled by a calibration: the count is exact, and what the server adds around it (its
-        # template) is the margin's; a factor learned from other requests would move this one's plan.
-        plan = self.drafter.plan(exact, 1.0, TEMPLATE_MARGIN)
+        # template) is `TEMPLATE_FACTOR`'s; a factor learned from other requests would move this plan.
+        plan = self.drafter.plan(exact, TEMPLATE_FACTOR, 0.0)
         if not spec.startswith(Counting.HEAVIEST):
-            return plan
+            return self._own(exact, plan) if plan.result.over_window else plan
         plan = replace(plan, guessed=True)
         if plan.result.over_window:
             return self._by_lightest(exact, plan)
         return self._reply_by_lightest(exact, plan)
+
+    def _own(self, draft: Draft, plan: ChatPlan) -> ChatPlan:
+        """What only the template's allowance puts over the window, planned by the vocabulary's count."""
+        own = self.drafter.plan(draft, 1.0, 0.0)
+        return plan if own.result.over_window else own
 
     def _may_send(self, plan: ChatPlan) -> bool:
         return plan.result.over_window and self.rejects_overflow

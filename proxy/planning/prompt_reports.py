@@ -1,10 +1,12 @@
 """Reading back the prompt size the upstream reports once it has answered (`usage.prompt_tokens`,
 Ollama's `prompt_eval_count`): it feeds the calibration (both ways from a server that never cuts a
-prompt; only upward from one that may, whose lower count may be a cut's), and, for a server that can cut a
-prompt silently (Ollama; llama.cpp, whose context shift did), shows a cut by evidence no tokenizer's
-difference can produce (`proxy.counting.calibration.CutEvidence`). From then on that model is
-compacted for the window the upstream really used (`seen_windows`, which the planner reads). An
-honest server that never cuts (vLLM, OpenAI's API) never shrinks a window, whatever its counts.
+prompt; only upward from one that may, whose lower count may be a cut's), and shows a cut by evidence
+no tokenizer's difference can produce (`proxy.counting.calibration.CutEvidence`): a count under the
+server's own or the model's own vocabulary's, from any server; pinned counts of a guessed count only
+from a server that can cut a prompt silently (Ollama; llama.cpp, whose context shift did). From then
+on that model is compacted for the window the upstream really used (`seen_windows`, which the planner
+reads). An honest server that never cuts (vLLM, OpenAI's API) never shrinks a window by its counts
+of an unnamed model's prompts, whatever they are.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class PromptReports:
         the count shows, if the upstream cut the prompt."""
         if reported is None:
             return None
-        truncation = self._check_truncation(plan, reported) if plan.window.stops_at_end else None
+        truncation = self._check_truncation(plan, reported)
         if plan.counted_by == Counting.UPSTREAM or truncation:
             return truncation  # the server's own count needs no calibration; a cut's says nothing
         if plan.window.stops_at_end and reported < plan.result.tokens_after:
@@ -85,6 +87,8 @@ class PromptReports:
             own = self.own_count(plan)
             if own is not None:
                 sent, counted = own, "own"
+        if counted == "guess" and not plan.window.stops_at_end:
+            return None  # a server that refuses what does not fit (vLLM, OpenAI) never cut it
         window = self.evidence.cut_window(key, sent, reported, plan.window.window, counted=counted)
         if window is None:
             return None

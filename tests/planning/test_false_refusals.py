@@ -77,7 +77,8 @@ async def test_the_heaviest_count_is_a_setting_of_its_own() -> None:
     settings = Settings(_env_file=None, window=WINDOW, tokenizer="heaviest", upstream_kind="openai")  # type: ignore[call-arg]
     messages = paste("Chinese", 0.85)
     plan = await Planner(settings).plan({"model": "m", "messages": messages})
-    assert plan.counted_by == Counting.HEAVIEST and plan.result.tokens_before == real_size(messages)
+    assert plan.counted_by == Counting.HEAVIEST
+    assert real_size(messages) <= plan.result.tokens_before <= 1.02 * real_size(messages) + 3  # the template's
 
 
 async def test_reports_heavier_than_the_four_never_refuse_nor_move_a_plan() -> None:
