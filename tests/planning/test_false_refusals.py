@@ -78,7 +78,9 @@ async def test_the_heaviest_count_is_a_setting_of_its_own() -> None:
     messages = paste("Chinese", 0.85)
     plan = await Planner(settings).plan({"model": "m", "messages": messages})
     assert plan.counted_by == Counting.HEAVIEST
-    assert real_size(messages) <= plan.result.tokens_before <= 1.02 * real_size(messages) + 3  # the template's
+    assert (
+        real_size(messages) <= plan.result.tokens_before <= 1.02 * real_size(messages) + 3
+    )  # the template's
 
 
 async def test_reports_heavier_than_the_four_never_refuse_nor_move_a_plan() -> None:
