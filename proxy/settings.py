@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     # Gemini API requests: to a Gemini-speaking upstream as they are, or bridged to its Chat
     # Completions; `auto`: native for Google's generativelanguage API, else the bridge.
     gemini_upstream: Literal["auto", "native", "chat"] = "auto"
+    # The model every bridged Gemini API request asks the upstream for, whatever its path names
+    # (Gemini CLI's own side calls name Google's models); unset: the path's.
+    gemini_model: str | None = None
 
     window: PositiveInt | Literal["auto"] = "auto"
     fallback_window: int = Field(default=8192, gt=0)
@@ -143,7 +146,16 @@ class Settings(BaseSettings):
     cache_ttl: int = Field(default=7 * 24 * 3600, ge=1)
     memo_bytes: int = Field(default=64 * 1024 * 1024, ge=0)  # each in-process memo's bound
 
+    # The gateway contract (`proxy.gateway`): originals of what `/v1/compress` cut, kept for
+    # `/v1/retrieve/{hash}` (off: it keeps content) for this long and up to these bytes; audit mode
+    # forwards requests untouched and reports what compaction would have cut.
+    retrieve: bool = False
+    retrieve_ttl: int = Field(default=1800, ge=1)
+    retrieve_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    audit: bool = False
+
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
+    admin_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()  # of api_keys: see every page's data
     log_format: Literal["text", "json"] = "text"
     log_bodies: bool = False
     # The live page `GET /ui`: on or off, message previews, and how much it keeps (in memory).
@@ -151,6 +163,7 @@ class Settings(BaseSettings):
     ui_content: bool = False
     ui_conversations: int = Field(default=20, ge=1)
     ui_requests: int = Field(default=200, ge=1)
+    ui_streams: int = Field(default=32, ge=1)  # pages watching at once (event streams), per worker
     max_messages: int = Field(default=50_000, ge=1)
 
     connect_timeout: float = Field(default=10.0, gt=0)
@@ -208,7 +221,7 @@ class Settings(BaseSettings):
             windows[name.strip()] = int(size)
         return windows
 
-    @field_validator("protected_tools", "api_keys", mode="before")
+    @field_validator("protected_tools", "api_keys", "admin_keys", mode="before")
     @classmethod
     def _parse_names(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
@@ -223,6 +236,13 @@ class Settings(BaseSettings):
     def _check_target(self) -> Settings:
         if self.target > self.threshold:
             raise ValueError(f"target ({self.target}) must not exceed threshold ({self.threshold})")
+        return self
+
+    @model_validator(mode="after")
+    def _check_admin_keys(self) -> Settings:
+        keys = {key.get_secret_value() for key in self.api_keys}
+        if any(key.get_secret_value() not in keys for key in self.admin_keys):
+            raise ValueError("every key of COMPACT_ADMIN_KEYS must also be one of COMPACT_API_KEYS")
         return self
 
     def override_for(self, model: str) -> ModelOverride:

@@ -38,7 +38,10 @@ if [ "${FAST:-0}" != "1" ]; then
     .venv/bin/python scripts/llama_server.py build
     # aider (PyPI aider-chat) for the cli tier, in a venv of its own under the same cache: its pins
     # would disturb the project's.
-    .venv/bin/python scripts/aider_venv.py install >/dev/null
+    .venv/bin/python -m scripts.aider_venv install >/dev/null
+    # The LiteLLM proxy (PyPI litellm[proxy], the version with the headroom guardrail) for the gateway
+    # tier, in a venv of its own under the same cache (about 40 s, once).
+    .venv/bin/python -m scripts.litellm_venv install >/dev/null
     # Up front, outside the tests' timeouts: podman & co. from Debian, the base image (first run only)
     # and the layers tests/image/test_image.py then builds on.
     ./scripts/build_image.sh >/dev/null
@@ -47,4 +50,12 @@ fi
 .venv/bin/ruff check proxy tests scripts benchmarks
 .venv/bin/ruff format --check proxy tests scripts benchmarks
 .venv/bin/mypy proxy
+# The live page's store, layout and stream reader without a browser (Node's own test runner, no
+# package): they are the page's ES modules as served. Its browser tier is tests/browser/.
+if command -v node >/dev/null 2>&1; then
+    node --test tests/live/page/
+elif [ "${FAST:-0}" != "1" ]; then
+    echo "node is needed for the live page's tests (tests/live/page/)" >&2
+    exit 1
+fi
 .venv/bin/python -m pytest "${MARKERS[@]}" "$@"

@@ -14,7 +14,9 @@ A request that asks for the server's own context management (`context_management
 only where the server implements it (`AnthropicMessages.server_manages_context`); elsewhere the edits a
 proxy can apply faithfully are applied first (`proxy.formats.anthropic_context_edits`), the field is
 not forwarded (strict servers refuse it), the answer reports what was applied as Anthropic's API does
-(`proxy.formats.anthropic_edit_report`), and the request is compacted like any other.
+(`proxy.formats.anthropic_edit_report`), and the request is compacted like any other. A model that
+binds its thinking blocks to the conversation loses those the proxy's changes invalidate
+(`proxy.formats.anthropic_thinking`).
 Shapes follow anthropic-sdk-python's `MessageCreateParams` and llama.cpp's
 `server_chat_convert_anthropic_to_oai`.
 """
@@ -25,6 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.bodies.jsonbody import dump_json, parse_json_object
 from proxy.counting.estimator import estimate_text_tokens
 from proxy.counting.tokens import json_text, token_count
 from proxy.engine.plan import Body, ChatPlan
@@ -32,6 +35,11 @@ from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError, anthropic_error
 from proxy.formats.anthropic_context_edits import apply_context_edits
 from proxy.formats.anthropic_edit_report import AppliedEdits, applied_edits
+from proxy.formats.anthropic_thinking import (
+    refused_for_unbound_thinking,
+    thinking_dropped,
+    unbound_thinking_dropped,
+)
 from proxy.formats.base import (
     Conversation,
     Message,
@@ -89,6 +97,7 @@ class AnthropicMessages:
             changed["messages"] = rewrite_items(
                 body["messages"], rebuilt, item_with=_with_note, marker=_marker, merge=_merge
             )
+            changed = unbound_thinking_dropped(body, changed)
         if plan.max_tokens is not None:
             changed["max_tokens"] = plan.max_tokens
         if plan.thinking_budget is not None:
@@ -134,13 +143,21 @@ class AnthropicMessages:
         if "context_management" not in body:
             return body
         edited = apply_context_edits(body, _prompt_estimate, _part_estimate)
-        return {k: v for k, v in edited.items() if k != "context_management"}
+        return unbound_thinking_dropped(body, {k: v for k, v in edited.items() if k != "context_management"})
 
     def context_report(self, original: Body, edited: Body) -> AppliedEdits | None:
         """`context_management.applied_edits` for the answer, once the proxy applied the edits."""
         if original.get("context_management") is None or "context_management" in edited:
             return None
         return applied_edits(original, edited)
+
+    def resend_after(self, sent: bytes, status: int, error: bytes) -> bytes | None:
+        """After the API refused `sent` for a thinking block bound to another conversation (or a
+        signature it no longer takes): the same request without thinking blocks, which it takes."""
+        if not refused_for_unbound_thinking(status, error):
+            return None
+        again = thinking_dropped(parse_json_object(sent))
+        return None if again is None else dump_json(again)
 
     def stream_error_event(self, message: str) -> bytes:
         """Anthropic's `error` event, on which its SDK raises."""

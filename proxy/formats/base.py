@@ -117,6 +117,12 @@ class WireFormat(Protocol):
         answers have no field for them)."""
         ...
 
+    def resend_after(self, sent: bytes, status: int, error: bytes) -> bytes | None:
+        """What to send once more after the server refused `sent` with `status` and `error`, when the
+        refusal says how to repair it (Anthropic's thinking block bound to another conversation);
+        None for any other refusal, and in a format that repairs none."""
+        ...
+
 
 def source_field(conversation: Conversation, index: int, *, items: str, outside: str) -> str:
     """The client's name for neutral message `index`: `items[i]` for the format's item `i` it comes

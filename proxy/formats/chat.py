@@ -64,6 +64,9 @@ class ChatCompletions:
     def context_report(self, original: Body, edited: Body) -> None:
         return None
 
+    def resend_after(self, sent: bytes, status: int, error: bytes) -> None:
+        return None
+
     def overflow_message(self, refusal: Refusal) -> str:
         """OpenAI's own wording ("This model's maximum context length is N tokens. However, ...")."""
         return (

@@ -150,6 +150,9 @@ class Gemini:
     def context_report(self, original: Body, edited: Body) -> None:
         return None
 
+    def resend_after(self, sent: bytes, status: int, error: bytes) -> None:
+        return None
+
 
 def _with_limit(config: dict[str, Any], limit: int) -> dict[str, Any]:
     """`generationConfig` with the clamped reply limit; a fixed thinking budget the limit no longer

@@ -134,6 +134,9 @@ class Responses:
     def context_report(self, original: Body, edited: Body) -> None:
         return None  # the answer has no field for it (see `context_edits`)
 
+    def resend_after(self, sent: bytes, status: int, error: bytes) -> None:
+        return None
+
     def stream_error_event(self, message: str) -> bytes:
         """An `error` event, whose `error` object also makes the openai SDK raise."""
         error = {"message": message, "type": "upstream_error", "param": None, "code": "upstream_stream_error"}

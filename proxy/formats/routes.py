@@ -103,7 +103,14 @@ PASSTHROUGHS: tuple[Passthrough, ...] = (
     Passthrough("/v1beta", from_root=True),  # the Gemini API's other methods (`:countTokens`, models)
 )
 # Metrics labels of the proxy's own paths.
-OWN_PATHS = {"/compact": "compact", "/healthz": "healthz", "/readyz": "readyz", "/metrics": "metrics"}
+OWN_PATHS = {
+    "/compact": "compact",
+    "/healthz": "healthz",
+    "/readyz": "readyz",
+    "/metrics": "metrics",
+    "/v1/compress": "compress",
+    "/v1/retrieve": "retrieve",
+}
 
 
 class RouteTable:
@@ -150,6 +157,8 @@ class RouteTable:
         matched = self.match(path)
         if matched is not None:
             return matched[0].format.name
+        if (own := OWN_PATHS.get(path)) is not None or path.startswith("/v1/retrieve/"):
+            return own or "retrieve"
         if path.startswith(self._passthrough_prefixes):
             return "passthrough"
-        return OWN_PATHS.get(path, "other")
+        return "other"

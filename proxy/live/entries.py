@@ -1,14 +1,20 @@
 """What the live page's store keeps: a record per compacted request, a log per conversation, and the
-totals (SENT). Sizes and decisions only, never message text (but the opening's preview, when
-`COMPACT_UI_CONTENT` asks for it)."""
+totals (SENT: the proxy's, and each key's). Sizes and decisions only, never message text (but the
+opening's preview, when `COMPACT_UI_CONTENT` asks for it)."""
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
+from proxy.counting.cache import ModelTable
+from proxy.engine.plan import ChatPlan
+from proxy.live.owners import Sight
 from proxy.live.well import Decided
+
+MAX_OWNERS = 1024  # keys whose totals are kept (configured keys, and other replicas')
+REMOTE_HEADERS = {"x-compaction-remote": "answered"}  # what the client of a remote compaction is told
 
 
 @dataclass(slots=True)
@@ -26,6 +32,20 @@ class Totals:
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _TOTALS}
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    """A remote compaction the proxy answered (Codex's `compaction_trigger`): the plan for the model's
+    own window (the well and the timeline are drawn in it), the history's items, and how many of them
+    the sealed item stands for once compacted (the rest Codex keeps and sends itself)."""
+
+    window: ChatPlan
+    items: int
+    sealed: int
+
+    def figures(self) -> dict[str, int]:
+        return {"items": self.items, "sealed": self.sealed}
 
 
 @dataclass(slots=True)
@@ -58,6 +78,7 @@ class Record:
     headers: dict[str, str]
     retried: str | None = None  # the overflow the upstream reported, when the proxy retried
     truncation: dict[str, int] | None = None  # the upstream cut the prompt silently
+    remote: dict[str, int] | None = None  # a remote compaction answered: items before, items sealed
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     origin: str = ""  # the replica that served it, when another one did (`shared.py`)
@@ -69,6 +90,8 @@ class Record:
         data["headers"] = dict(self.headers)
         if self.truncation is not None:
             data["truncation"] = dict(self.truncation)
+        if self.remote is not None:
+            data["remote"] = dict(self.remote)
         return data
 
 
@@ -80,6 +103,7 @@ class ConversationLog:
     model: str
     first_at: float
     preview: str | None = None  # the first user request's start, with COMPACT_UI_CONTENT
+    owner: str = ""  # the key that sent it, as `owners.owner_id` has it ("" without keys)
     records: deque[Record] = field(default_factory=deque)
     totals: Totals = field(default_factory=Totals)
     decided: Decided | None = None  # the latest request's decisions, to tell what is new
@@ -99,6 +123,57 @@ class ConversationLog:
             "totals": self.totals.to_json(),
             "last": last.to_json() if last else None,
         }
+
+
+class RecordLink(Protocol):
+    """Where the store sends its changes for the other replicas, and whether a page watches on any."""
+
+    watching: bool
+
+    def send(self, event: dict[str, Any]) -> None: ...
+
+
+def reply_room(plan: ChatPlan) -> int:
+    """The room the reply gets at the top of the window: its limit (as clamped), else the reserve."""
+    return max(0, min(plan.max_tokens or plan.reply or plan.window.reply_reserve, plan.window.window))
+
+
+class Ledger:
+    """SENT since start: the proxy's, and each key's (a page sees its key's)."""
+
+    def __init__(self) -> None:
+        self.all = Totals()
+        self.owners: ModelTable[Totals] = ModelTable(MAX_OWNERS)
+
+    def of(self, sight: Sight) -> Totals:
+        return self.all if sight.everything else self.owners.get(sight.owner) or Totals()
+
+    def tally(self, log: ConversationLog, record: Record, sign: int, *, request: bool = False) -> None:
+        """Add (`sign` 1) or take back (-1) a record's figures; `request`: count it as a request. A
+        remote compaction went nowhere upstream: it counts as a request and a compaction only."""
+        each = (self.all, log.totals) if not log.owner else (self.all, log.totals, self._mine(log.owner))
+        if record.remote is not None:
+            for totals in each:
+                totals.requests += 1 if request else 0
+                totals.compacted += sign
+            return
+        for totals in each:
+            if request:
+                totals.requests += 1
+            totals.compacted += sign if record.headers else 0
+            totals.sent += sign * record.before
+            totals.forwarded += sign * record.after
+            totals.saved += sign * (record.before - record.after)
+            if record.prompt_tokens is not None:
+                totals.reported += sign * record.prompt_tokens
+                totals.cached += sign * (record.cached_tokens or 0)
+                totals.answers += sign
+
+    def _mine(self, owner: str) -> Totals:
+        mine = self.owners.get(owner)
+        if mine is None:
+            mine = self.owners[owner] = Totals()
+        return mine
 
 
 _TOTALS = tuple(f.name for f in fields(Totals))

@@ -5,7 +5,12 @@ bundles, and seen through the proxy from the pinned CLIs of `tests/clis`): Claud
 `X-Claude-Code-Session-Id`; Codex 0.171 `session-id` (earlier ones `session_id`, its thread id:
 `codex-rs/codex-api/src/requests/headers.rs`); opencode 1.18 `x-session-affinity` and `X-Session-Id`
 (and `x-opencode-session` to its own provider). Without one, a conversation is what compaction never
-changes: the model, the leading system messages and the first user request, hashed.
+changes: the model, the leading system messages and the first user request, hashed. With
+`COMPACT_API_KEYS`, the key that sent it is part of its identity too (`owners.py`): two keys never
+share a conversation.
+
+Names a client chooses (a model's, a tool's) are kept as `short_name` has them: a 4 MB model name
+costs the page what a short one does, wherever it keeps or sends it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ SESSION_HEADERS = (
 _NAMES = frozenset(SESSION_HEADERS)
 LEADING_ROLES = frozenset({"system", "developer"})
 MAX_ID_CHARS = 128
+MAX_NAME_CHARS = 128
+NAME_DIGEST_CHARS = 12
 
 
 def session_header(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str] | None:
@@ -55,6 +62,20 @@ def conversation_key(headers: Iterable[tuple[bytes, bytes]], request: Mapping[st
         return _digest(name.encode(), value.encode()), name
     messages = request.get("messages")
     return _digest(b"model", str(request.get("model") or "").encode(), *_opening(messages)), "hash"
+
+
+def owned_key(owner: str, key: str) -> str:
+    """A conversation's key when keys tell clients apart: the sending key's own."""
+    return _digest(b"owner", owner.encode(), key.encode())
+
+
+def short_name(name: str) -> str:
+    """A name as the page keeps it: whole up to `MAX_NAME_CHARS`, else its start and a digest of the
+    whole (long names stay apart, and readable by their start)."""
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=NAME_DIGEST_CHARS // 2)
+    return name[: MAX_NAME_CHARS - NAME_DIGEST_CHARS - 1] + "…" + digest.hexdigest()
 
 
 def _opening(messages: object) -> list[bytes]:

@@ -3,9 +3,10 @@
 `Records.add` is the pipeline's one call once a request is planned (before a refusal, so refusals
 are recorded too); `retried` and `answered` complete the record when the upstream reported an
 overflow and when it has answered. The store keeps the last `ui_conversations` conversations, each
-with its last `ui_requests` records, and the proxy's totals since start (SENT). When a page is
-watching, each change is published to it as an event, and the well of the request (its blocks,
-`well.py`) is built in a task after the request; nobody watching, nothing more is done.
+with its last `ui_requests` records, and the proxy's totals since start (SENT), also per key when
+`COMPACT_API_KEYS` tells clients apart (`owners.py`). When a page is watching (`pages.py`), each
+change is offered to the pages that may see it, and the well of the request (its blocks, `well.py`)
+is built in a worker thread after the request; nobody watching, nothing more is done.
 
 With `COMPACT_CACHE_URL` set, a `RecordLink` (`shared.py`) sends each change to the other replicas,
 and it adds theirs here, so every replica's page shows every replica's traffic.
@@ -14,36 +15,37 @@ and it adds theirs here, so every replica's page shows every replica's traffic.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from proxy.counting.calibration import Truncation
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.live.answers import cached_tokens
-from proxy.live.entries import ConversationLog, Record, Totals
-from proxy.live.identity import conversation_key
+from proxy.live.entries import (
+    REMOTE_HEADERS,
+    ConversationLog,
+    Ledger,
+    Record,
+    RecordLink,
+    Remote,
+    Totals,
+    reply_room,
+)
+from proxy.live.identity import MAX_NAME_CHARS, conversation_key, owned_key, short_name
+from proxy.live.owners import EVERYTHING, Owners, Sight
+from proxy.live.pages import Pages
 from proxy.live.well import Decided, build_well, first_change, first_user_text
 from proxy.settings import Settings
 from proxy.upstream.overflow import Overflow
 
 logger = logging.getLogger("proxy")
 
-EVENT_QUEUE = 256  # events a slow page may fall behind by before it is dropped (it reconnects)
-OFFLOAD_MESSAGES = 400  # a well of more messages is built in a worker thread
-
-
-class RecordLink(Protocol):
-    """Where the store sends its changes for the other replicas, and whether a page watches on any."""
-
-    watching: bool
-
-    def send(self, event: dict[str, Any]) -> None: ...
+WELLS_AT_ONCE = 8  # wells being built (each holds its request until it is done)
 
 
 class Records:
@@ -57,9 +59,11 @@ class Records:
         self.refuse_over_line = settings.overflow == "reject"
         self.counter_for = counter_for
         self.conversations: OrderedDict[str, ConversationLog] = OrderedDict()
-        self.totals = Totals()
+        self.ledger = Ledger()
+        self.tally = self.ledger.tally  # add (+1) or take back (-1) a record's figures
+        self.owners = Owners(settings)
+        self.pages = Pages(settings.ui_streams)
         self.started = time.time()
-        self.watchers: set[asyncio.Queue[tuple[str, dict[str, Any]]]] = set()
         self._seq = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self.link: RecordLink | None = None  # the other replicas, when they share the page
@@ -67,7 +71,12 @@ class Records:
     @property
     def watched(self) -> bool:
         """A page watches, here or on another replica: wells are worth drawing."""
-        return bool(self.watchers) or (self.link is not None and self.link.watching)
+        return bool(self.pages.open_pages) or (self.link is not None and self.link.watching)
+
+    @property
+    def totals(self) -> Totals:
+        """SENT for the whole proxy since it started."""
+        return self.ledger.all
 
     def __len__(self) -> int:
         return sum(len(c.records) for c in self.conversations.values())
@@ -75,38 +84,46 @@ class Records:
     # ------------------------------------------------------------------ the pipeline's calls
 
     def add(
-        self, headers: Iterable[tuple[bytes, bytes]], fmt: str, conversation: Conversation, plan: ChatPlan
+        self,
+        headers: Iterable[tuple[bytes, bytes]],
+        fmt: str,
+        conversation: Conversation,
+        plan: ChatPlan,
+        *,
+        remote: Remote | None = None,
     ) -> Record | None:
-        """Record a planned request (None when the page is off)."""
+        """Record a planned request (None when the page is off); `remote`: a remote compaction the
+        proxy answered, `plan` its compaction of the history."""
         if not self.enabled:
             return None
         request = conversation.request
         key, source = conversation_key(headers, request)
+        owner = self.owners.owner_of(headers) if self.owners.keyed else ""
+        if owner:
+            key = owned_key(owner, key)
+        model = plan.model if len(plan.model) <= MAX_NAME_CHARS else short_name(plan.model)
         log = self.conversations.get(key)
         if log is None:
-            log = ConversationLog(key, source, fmt, plan.model, time.time(), self._preview(request))
-            log.records = deque(maxlen=self.max_requests)
-            self.conversations[key] = log
-            while len(self.conversations) > self.max_conversations:
-                self.conversations.popitem(last=False)
+            log = self.open_log(key, source, fmt, model, time.time(), self._preview(request), owner)
         else:
             self.conversations.move_to_end(key)
-            log.format, log.model = fmt, plan.model or log.model
+            log.format, log.model = fmt, model or log.model
         seq = self.next_seq()
         result = plan.result
         decided = Decided.of(result, len(request.get("messages") or ()))
         struck, prefix = first_change(log.decided, decided)
+        shown = remote.window if remote else plan  # the model's own window and line
         record = Record(
             seq=seq,
             at=time.time(),
             key=key,
             format=fmt,
-            model=plan.model,
+            model=model,
             messages=decided.messages,
-            window=plan.window.window,
-            line=plan.budget.limit,
+            window=shown.window.window,
+            line=shown.budget.limit,
             target=plan.budget.target,
-            reply=_reply_room(plan),
+            reply=reply_room(shown),
             fixed=plan.budget.fixed,
             before=result.tokens_before,
             after=result.tokens_after,
@@ -120,14 +137,16 @@ class Records:
             overflow=result.overflow,
             refused=result.over_window or (result.overflow and self.refuse_over_line),
             counted_by=plan.counted_by,
-            headers=plan.headers(),
+            headers=REMOTE_HEADERS if remote else plan.headers(),
         )
+        if remote:
+            record.remote = remote.figures()
         log.previous, log.decided = log.decided, decided
         log.records.append(record)
         self.tally(log, record, +1, request=True)
         self._changed(log, record)
         if self.watched:
-            self._build_well(log, record, conversation, plan)
+            self._build_well(log, record, conversation, plan, shown)
         return record
 
     def retried(
@@ -153,7 +172,7 @@ class Records:
         self.tally(log, record, +1)
         self._changed(log, record)
         if latest and self.watched:
-            self._build_well(log, record, conversation, plan)
+            self._build_well(log, record, conversation, plan, plan)
 
     def answered(
         self, record: Record | None, reported: int | None, tail: bytes, truncation: Truncation | None = None
@@ -180,55 +199,48 @@ class Records:
 
     # ------------------------------------------------------------------ what the page reads
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, sight: Sight = EVERYTHING) -> dict[str, Any]:
+        """What a page shows first: the totals and the conversations `sight` may see."""
         return {
             "started": self.started,
             "content": self.content,
-            "totals": self.totals.to_json(),
+            "totals": self.ledger.of(sight).to_json(),
             "limits": {"conversations": self.max_conversations, "requests": self.max_requests},
-            "conversations": [c.summary() for c in reversed(self.conversations.values())],
+            "conversations": [
+                c.summary() for c in reversed(self.conversations.values()) if sight.sees(c.owner)
+            ],
         }
 
-    def conversation(self, key: str) -> dict[str, Any] | None:
+    def conversation(self, key: str, sight: Sight = EVERYTHING) -> dict[str, Any] | None:
         log = self.conversations.get(key)
-        if log is None:
+        if log is None or not sight.sees(log.owner):
             return None
         return {**log.summary(), "records": [r.to_json() for r in log.records], "well": log.well}
 
-    def watch(self) -> asyncio.Queue[tuple[str, dict[str, Any]]]:
-        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(EVENT_QUEUE)
-        self.watchers.add(queue)
-        return queue
-
-    def unwatch(self, queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
-        self.watchers.discard(queue)
+    def open_log(
+        self, key: str, source: str, fmt: str, model: str, at: float, preview: str | None, owner: str
+    ) -> ConversationLog:
+        """A new conversation's log, the oldest forgotten past `max_conversations`."""
+        log = ConversationLog(key, source, fmt, model, at, preview, owner)
+        log.records = deque(maxlen=self.max_requests)
+        self.conversations[key] = log
+        while len(self.conversations) > self.max_conversations:
+            self.conversations.popitem(last=False)
+        return log
 
     # ------------------------------------------------------------------ inside
 
-    def tally(self, log: ConversationLog, record: Record, sign: int, *, request: bool = False) -> None:
-        """Add (`sign` 1) or take back (-1) a record's figures; `request`: count it as a request."""
-        for totals in (self.totals, log.totals):
-            if request:
-                totals.requests += 1
-            totals.compacted += sign if record.headers else 0
-            totals.sent += sign * record.before
-            totals.forwarded += sign * record.after
-            totals.saved += sign * (record.before - record.after)
-            if record.prompt_tokens is not None:
-                totals.reported += sign * record.prompt_tokens
-                totals.cached += sign * (record.cached_tokens or 0)
-                totals.answers += sign
-
     def _changed(self, log: ConversationLog, record: Record) -> None:
         """Show a new or changed record to the pages watching, and send it to the other replicas."""
-        if self.watchers:
+        if self.pages.open_pages:
             self.show(log, record)
         if self.link is not None and not record.origin:
             decided = log.decided or Decided(record.messages)
+            opening = {"source": log.source, "first_at": log.first_at, "preview": log.preview}
             self.link.send(
                 {
                     "event": "record",
-                    "conversation": {"source": log.source, "first_at": log.first_at, "preview": log.preview},
+                    "conversation": {**opening, "owner": log.owner},
                     "record": record,  # written out when sent: its latest state, once
                     "decided": [decided.messages, decided.truncated, decided.capped, decided.dropped],
                 }
@@ -237,53 +249,52 @@ class Records:
     def _preview(self, request: dict[str, Any]) -> str | None:
         return first_user_text(request) if self.content else None
 
-    def publish(self, kind: str, data: dict[str, Any]) -> None:
-        for queue in list(self.watchers):
-            try:
-                queue.put_nowait((kind, data))
-            except asyncio.QueueFull:  # too far behind: it is dropped, and its page reconnects
-                self.watchers.discard(queue)
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.get_nowait()
-                    queue.put_nowait(("close", {}))
-
     def show(self, log: ConversationLog, record: Record) -> None:
-        self.publish(
-            "record",
-            {"conversation": log.summary(), "record": record.to_json(), "totals": self.totals.to_json()},
+        """Offer a record to the pages that may see it, each with the totals it sees."""
+        data = {
+            "conversation": log.summary(),
+            "record": record.to_json(),
+            "totals": self.totals.to_json(),
+        }
+        own = self.ledger.owners.get(log.owner) if log.owner else None
+        self.pages.publish(
+            "record", log.owner, data, None if own is None else {**data, "totals": own.to_json()}
         )
 
     def _build_well(
-        self, log: ConversationLog, record: Record, conversation: Conversation, plan: ChatPlan
+        self,
+        log: ConversationLog,
+        record: Record,
+        conversation: Conversation,
+        plan: ChatPlan,
+        shown: ChatPlan,
     ) -> None:
-        """The latest request's blocks, counted after the request has gone on (in a worker thread
-        when it is long)."""
+        """The latest request's blocks, counted after the request has gone on, in a worker thread:
+        a page watching never holds the event loop (a request of 30 MB of text took it for 0.5 s).
+        At most `WELLS_AT_ONCE` are under way: past that, under a flood, a request has no well (its
+        record still shows), and no more requests wait in memory for theirs."""
+        if len(self._tasks) >= WELLS_AT_ONCE:
+            return
         decided, previous = log.decided, log.previous
         assert decided is not None
         args = (conversation.request, plan, self.counter_for(plan), decided, previous, self.content)
 
         async def build() -> None:
             try:
-                if decided.messages > OFFLOAD_MESSAGES:
-                    well = await asyncio.to_thread(build_well, *args)
-                else:
-                    await asyncio.sleep(0)  # after the request's own step
-                    well = build_well(*args)
+                well = await asyncio.to_thread(build_well, *args)
             except Exception:  # the page's drawing must never disturb the proxy: logged, left out
                 logger.exception("the live page could not draw request %d", record.seq)
                 return
             well["seq"], well["key"] = record.seq, record.key
+            well["window"], well["line"] = shown.window.window, shown.budget.limit
+            if record.remote is not None:
+                well["remote"] = dict(record.remote)
             if log.records and log.records[-1] is record:
                 log.well = well
-            self.publish("well", well)
+            self.pages.publish("well", log.owner, well)
             if self.link is not None:
                 self.link.send({"event": "well", "well": well})
 
         task = asyncio.get_running_loop().create_task(build())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _reply_room(plan: ChatPlan) -> int:
-    """The room the reply gets at the top of the window: its limit (as clamped), else the reserve."""
-    return max(0, min(plan.max_tokens or plan.reply or plan.window.reply_reserve, plan.window.window))

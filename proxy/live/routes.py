@@ -1,7 +1,9 @@
 """The page's routes: `GET /ui` (the page), `/ui/static/*` (its files, shipped in the package),
 `GET /ui/events` (server-sent events: a `hello` with the store's snapshot, then `record` and `well`
-events as requests go by), `GET /ui/conversations` (that snapshot, as JSON) and
-`GET /ui/conversations/{key}` (one conversation's records and well).
+events as requests go by: `events.py`), `GET /ui/conversations` (that snapshot, as JSON) and
+`GET /ui/conversations/{key}` (one conversation's records and well). Each data route answers with
+what the key it was given may see (`owners.py`). Past `COMPACT_UI_STREAMS` pages watching, a new
+event stream gets 503 with `Retry-After`, and its connection is closed.
 
 With `COMPACT_API_KEYS` set, the page and its files are open (they hold no data) and the data routes
 need a key as every other route does (`RequireApiKey`): the page asks for it once, keeps it in
@@ -11,30 +13,29 @@ need a key as every other route does (`RequireApiKey`): the page asks for it onc
 
 from __future__ import annotations
 
-import asyncio
-import signal
-from collections.abc import AsyncIterator
 from importlib import resources
-from typing import Any
+from pathlib import PurePath
 
 import orjson
 from fastapi import FastAPI
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, error_response
+from proxy.live.events import EventStream
+from proxy.live.pages import event_bytes
 from proxy.live.records import Records
 
 STATIC = resources.files("proxy.live") / "static"
-FILES = {
-    "index.html": "text/html; charset=utf-8",
-    "ui.css": "text/css; charset=utf-8",
-    "ui.js": "text/javascript; charset=utf-8",
-    "favicon.svg": "image/svg+xml",
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",  # the page's ES modules
+    ".svg": "image/svg+xml",
 }
+FILES = {f.name: TYPES[suffix] for f in STATIC.iterdir() if (suffix := PurePath(f.name).suffix) in TYPES}
 OPEN_PREFIXES = ("/ui/static/",)  # with the page itself, `/ui`: no data in them
-WAKE_S = 1.0  # how often a quiet stream checks that the server is not shutting down
-PING_S = 15.0  # a comment this often finds a page that went away without closing
+RETRY_AFTER_S = 5  # what a page refused past `COMPACT_UI_STREAMS` is told to wait
 # The page loads nothing from anywhere else.
 SECURITY = {
     "content-security-policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
@@ -59,19 +60,31 @@ def add_routes(app: FastAPI, records: Records) -> None:
         return _file(name)
 
     async def snapshot(request: Request) -> Response:
-        return Response(orjson.dumps(records.snapshot()), media_type="application/json", headers=SECURITY)
+        sight = records.owners.sight_of(request.headers.raw)
+        return Response(
+            orjson.dumps(records.snapshot(sight)), media_type="application/json", headers=SECURITY
+        )
 
     async def conversation(request: Request) -> Response:
-        found = records.conversation(request.path_params["key"])
-        if found is None:
+        sight = records.owners.sight_of(request.headers.raw)
+        found = records.conversation(request.path_params["key"], sight)
+        if found is None:  # another key's too: nothing says it exists
             raise ProxyError(404, "No such conversation (it may have been forgotten).", code="not_found")
         return Response(orjson.dumps(found), media_type="application/json", headers=SECURITY)
 
     async def events(request: Request) -> Response:
-        return StreamingResponse(
-            _stream(records),
-            media_type="text/event-stream",
-            headers={**SECURITY, "x-accel-buffering": "no"},
+        sight = records.owners.sight_of(request.headers.raw)
+        page = records.pages.open(sight)
+        if page is None:
+            return error_response(
+                503,
+                f"{records.pages.cap} pages are watching already (COMPACT_UI_STREAMS); try again later.",
+                type="server_error",
+                code="too_many_pages",
+                headers={"retry-after": str(RETRY_AFTER_S), "connection": "close"},
+            )
+        return EventStream(
+            records.pages, page, lambda: event_bytes("hello", records.snapshot(sight)), SECURITY
         )
 
     app.add_api_route("/ui", page, methods=["GET"], include_in_schema=False)
@@ -83,36 +96,3 @@ def add_routes(app: FastAPI, records: Records) -> None:
 
 def _file(name: str) -> Response:
     return Response((STATIC / name).read_bytes(), media_type=FILES[name], headers=SECURITY)
-
-
-async def _stream(records: Records) -> AsyncIterator[bytes]:
-    queue = records.watch()
-    try:
-        yield _event("hello", records.snapshot())
-        quiet = 0.0
-        while not _server_exiting():
-            try:
-                kind, data = await asyncio.wait_for(queue.get(), WAKE_S)
-            except TimeoutError:
-                quiet += WAKE_S
-                if quiet >= PING_S:
-                    quiet = 0.0
-                    yield b": ping\n\n"
-                continue
-            if kind == "close":
-                return
-            quiet = 0.0
-            yield _event(kind, data)
-    finally:
-        records.unwatch(queue)
-
-
-def _event(kind: str, data: dict[str, Any]) -> bytes:
-    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
-
-
-def _server_exiting() -> bool:
-    """Whether uvicorn is shutting down: its graceful shutdown waits for open responses, and an
-    event stream never ends by itself (uvicorn's signal handler is a method of its `Server`)."""
-    server = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
-    return bool(getattr(server, "should_exit", False))

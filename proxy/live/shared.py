@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
 import orjson
 
 from proxy.live.entries import ConversationLog, Record
+from proxy.live.identity import short_name
 from proxy.live.records import Records
 from proxy.live.well import Decided
 from proxy.sharing.link import PREFIX, RETRY, SharedState
@@ -127,7 +127,7 @@ class SharedRecords:
         """Raise the flag while a page watches here; look whether one watches anywhere."""
         while True:
             try:
-                if self.records.watchers:
+                if self.records.pages:
                     await self.state.redis.set(WATCHING, self.state.origin, ex=WATCH_TTL)
                 self.watching = bool(await self.state.redis.exists(WATCHING))
             except asyncio.CancelledError:
@@ -161,19 +161,23 @@ def take(records: Records, event: dict[str, Any], newest: dict[str, int]) -> Non
             well = {**well, "seq": record.seq}
             if found.records[-1] is record:
                 found.well = well
-            records.publish("well", well)
+            records.pages.publish("well", found.owner, well)
         return
     fields, opening = dict(event["record"]), event["conversation"]
+    fields["model"] = short_name(str(fields["model"]))  # as this replica keeps names, whoever sent it
     conversation = records.conversations.get(fields["key"])
     if conversation is None:
         preview = opening["preview"] if records.content else None
-        conversation = ConversationLog(
-            fields["key"], opening["source"], fields["format"], fields["model"], opening["first_at"], preview
+        owner = str(opening.get("owner") or "")
+        conversation = records.open_log(
+            fields["key"],
+            opening["source"],
+            fields["format"],
+            fields["model"],
+            opening["first_at"],
+            preview,
+            owner,
         )
-        conversation.records = deque(maxlen=records.max_requests)
-        records.conversations[conversation.key] = conversation
-        while len(records.conversations) > records.max_conversations:
-            records.conversations.popitem(last=False)
     else:
         records.conversations.move_to_end(conversation.key)
         conversation.format, conversation.model = fields["format"], fields["model"] or conversation.model
@@ -192,7 +196,7 @@ def take(records: Records, event: dict[str, Any], newest: dict[str, int]) -> Non
             if name != "seq":
                 setattr(record, name, value)
         records.tally(conversation, record, +1)
-    if records.watchers:
+    if records.pages:
         records.show(conversation, record)
 
 

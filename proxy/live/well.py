@@ -18,9 +18,11 @@ from proxy.engine.compaction import CompactionResult
 from proxy.engine.notes import DROPPED_PREFIX
 from proxy.engine.plan import ChatPlan
 from proxy.formats.base import decisions
+from proxy.live.identity import short_name
 
 LEADING_ROLES = frozenset({"system", "developer"})
 PREVIEW_CHARS = 96
+PREVIEW_SCAN = 8 * PREVIEW_CHARS  # of a text, what is read for its preview (its spaces folded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +51,15 @@ def first_change(previous: Decided | None, current: Decided) -> tuple[int, int]:
     nothing = not (current.truncated or current.capped or current.dropped)
     if nothing and (previous is None or not (previous.truncated or previous.capped or previous.dropped)):
         return 0, min(previous.messages, current.messages) if previous else 0  # the common case
+    if previous is None:  # the engine's three are disjoint; a body of 200,000 items drops as many
+        return len(current.truncated) + len(current.capped) + len(current.dropped), 0
+    if (current.truncated, current.capped, current.dropped) == (
+        previous.truncated,
+        previous.capped,
+        previous.dropped,
+    ):
+        return 0, min(previous.messages, current.messages)
     now = current.actions()
-    if previous is None:
-        return len(now), 0
     before = previous.actions() if (previous.truncated or previous.capped or previous.dropped) else {}
     struck = sum(1 for i, act in now.items() if before.get(i) != act)
     changed = [i for i in now.keys() | before.keys() if now.get(i) != before.get(i) and i < previous.messages]
@@ -86,10 +94,10 @@ def build_well(
             names.update(
                 (str(c.get("id")), n) for c, n in zip(calls, called, strict=True) if isinstance(c, dict)
             )
-            tool = ", ".join(dict.fromkeys(called))
+            tool = short_name(", ".join(dict.fromkeys(called)))
         elif role == "tool":
             kind = "result"
-            tool = names.get(str(message.get("tool_call_id")), str(message.get("name") or ""))
+            tool = short_name(names.get(str(message.get("tool_call_id")), str(message.get("name") or "")))
         else:
             kind = "system" if leading else role if role in ("user", "assistant") else "system"
         tokens = counter.message(message)
@@ -142,14 +150,38 @@ def first_user_text(request: dict[str, Any]) -> str | None:
 def _call_name(call: Any) -> str:
     function = call.get("function") if isinstance(call, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
-    return name if isinstance(name, str) else "?"
+    return name[:PREVIEW_SCAN] if isinstance(name, str) else "?"
 
 
 def _preview(message: dict[str, Any]) -> str:
-    text = " ".join(text_of(message.get("content")).split())
-    if not text and isinstance(calls := message.get("tool_calls"), list):
-        text = " ".join(f"{_call_name(c)}({_arguments(c)})" for c in calls)
-    return text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else "")
+    """The start of a message's text, its spaces folded: what it costs is bounded by `PREVIEW_SCAN`,
+    however long the message."""
+    start, more = _text_start(message.get("content"))
+    if not start.strip() and isinstance(calls := message.get("tool_calls"), list):
+        start, more = " ".join(f"{_call_name(c)}({_arguments(c)})" for c in calls[:8]), len(calls) > 8
+    text = " ".join(start.split())
+    return text[:PREVIEW_CHARS] + ("…" if more or len(text) > PREVIEW_CHARS else "")
+
+
+def _text_start(content: Any) -> tuple[str, bool]:
+    """Up to `PREVIEW_SCAN` characters of a content's text (media parts left out), and whether it
+    holds more."""
+    if isinstance(content, str):
+        return content[:PREVIEW_SCAN], len(content) > PREVIEW_SCAN
+    if not isinstance(content, list):
+        whole = text_of(content)  # None, or an odd shape written as JSON
+        return whole[:PREVIEW_SCAN], len(whole) > PREVIEW_SCAN
+    parts: list[str] = []
+    size = 0
+    for part in content:
+        if isinstance(part, dict) and isinstance(text := part.get("text"), str):
+            if size >= PREVIEW_SCAN:
+                return "\n".join(parts), True
+            parts.append(text[: PREVIEW_SCAN - size])
+            size += len(parts[-1]) + 1
+            if len(text) > len(parts[-1]):
+                return "\n".join(parts), True
+    return "\n".join(parts), False
 
 
 def _arguments(call: Any) -> str:

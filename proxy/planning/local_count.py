@@ -93,12 +93,15 @@ class LocalCount:
 
     def _by_lightest(self, draft: Draft, heaviest: ChatPlan) -> ChatPlan:
         """What the heaviest vocabulary puts over the window, planned with each of the four: the
-        heaviest plan that fits is forwarded, compacted and its reply limited by that count."""
+        heaviest plan that fits is forwarded, compacted and its reply limited by that count; where
+        none fits, the refusal says the lightest count, which decided it."""
         plans = [self.drafter.plan(replace(draft, spec=spec), 1.0, 0.0) for spec in HEAVIEST_OF]
         fitting = [plan for plan in plans if not plan.result.over_window]
         if fitting:
             return replace(max(fitting, key=lambda p: p.result.tokens_before), guessed=True)
-        return self.for_the_upstream(draft, heaviest) if self._may_send(heaviest) else heaviest
+        if self._may_send(heaviest):
+            return self.for_the_upstream(draft, heaviest)
+        return replace(min(plans, key=lambda p: p.result.tokens_before), guessed=True)
 
     def _reply_by_lightest(self, draft: Draft, plan: ChatPlan) -> ChatPlan:
         """A reply limit the heaviest lowers below the reply's room (the request's limit, at most

@@ -12,10 +12,13 @@ owns and removes; the user's `~/.codex/config.toml`, opencode config, Claude Cod
   table for the proxy, selected by `model_provider`; `CODEX_HOME` (auth, sessions) stays the user's.
 - opencode: `OPENCODE_CONFIG_CONTENT`, which opencode merges last, over the user's config files.
 - aider: its own flags (`--openai-api-base`, `--model openai/<m>`, `--model-metadata-file`).
-- Gemini CLI: `GOOGLE_GEMINI_BASE_URL`, `GEMINI_API_KEY` and a system settings file
-  (`GEMINI_CLI_SYSTEM_SETTINGS_PATH`, which overrides the user's settings) with the API-key auth type.
+- Gemini CLI: `GOOGLE_GEMINI_BASE_URL`, `GEMINI_API_KEY`, and `GEMINI_CLI_HOME`: a private mirror of
+  the user's home whose one file of its own is the settings file, the user's settings with the
+  API-key auth type on top (`proxy.run.gemini_home`).
 
-A variable the user already set (a key, a telemetry switch) is kept as the user set it.
+With a proxy of its own (`Target.key`), a CLI gets that proxy's key, in the variable or setting it
+takes its key from, and none of the user's: the user's key goes to the proxy, which sends it on.
+A variable the user already set (a telemetry switch, a key for a running proxy) is otherwise kept.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy.run import gemini_home
+
 CLIS = ("claude", "codex", "opencode", "aider", "gemini")
 # Said to the upstream where a CLI needs some key and the user has none: local servers ignore it,
 # and COMPACT_UPSTREAM_API_KEY replaces it on the way out.
@@ -34,6 +39,22 @@ PROVIDER = "compacting-proxy"
 # Without --model a CLI whose vendor's models the upstream lists keeps its own default model; any
 # other gets the first model the upstream lists (a local server knows none of the vendors' names).
 VENDOR_MODELS = {"claude": "claude", "codex": "gpt-", "gemini": "gemini"}
+# Where each CLI finds the user's key for the upstream (the first one set): with a proxy of its own
+# the CLI gets that proxy's key instead, and this one goes to the proxy (COMPACT_UPSTREAM_API_KEY).
+UPSTREAM_KEYS = {
+    "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    "codex": ("OPENAI_API_KEY",),
+    "opencode": ("OPENAI_API_KEY",),
+    "aider": ("OPENAI_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+}
+# The variable Codex and opencode read the proxy's key from (each names it in its provider).
+PROXY_KEY_VARIABLE = "COMPACTING_PROXY_API_KEY"
+
+
+def upstream_key(cli: str, environ: Mapping[str, str]) -> str | None:
+    """The user's key for the upstream, as `cli` would have sent it, if any."""
+    return next((environ[name] for name in UPSTREAM_KEYS.get(cli, ()) if environ.get(name)), None)
 
 
 def default_model(cli: str, listed: list[str]) -> str | None:
@@ -47,19 +68,28 @@ def default_model(cli: str, listed: list[str]) -> str | None:
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where and what the CLI should ask: the proxy's root URL (no `/v1`), the model name (or `None`
-    for the CLI's own default) and the window to tell the CLI (or `None` to tell it nothing)."""
+    for the CLI's own default), the window to tell the CLI (or `None` to tell it nothing), and the
+    proxy's key (`None` for a proxy the user runs, which gets the user's own)."""
 
     proxy: str
     model: str | None = None
     window: int | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Launch:
-    """The command to run and the variables to set over the user's environment."""
+    """The command to run, the variables to set over the user's environment and those to take out
+    of it, and what to do once the CLI has exited (before the scratch directory goes)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()
+    finish: Callable[[], object] | None = None
+
+    def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The CLI's environment: the user's, less `unset`, with `env` over it."""
+        return {k: v for k, v in environ.items() if k not in self.unset} | self.env
 
 
 def launch(cli: str, args: list[str], target: Target, scratch: Path, environ: Mapping[str, str]) -> Launch:
@@ -88,9 +118,13 @@ def claude(args: list[str], target: Target, scratch: Path, environ: Mapping[str,
             "DISABLE_ERROR_REPORTING": "1",
         },
     )
-    if not environ.get("ANTHROPIC_API_KEY") and not environ.get("ANTHROPIC_AUTH_TOKEN"):
-        # A bearer token, not ANTHROPIC_API_KEY: Claude Code asks once whether to use an API key
-        # from the environment and writes the answer into ~/.claude.json.
+    # A bearer token, not ANTHROPIC_API_KEY: Claude Code asks once whether to use an API key from
+    # the environment and writes the answer into ~/.claude.json.
+    unset: tuple[str, ...] = ()
+    if target.key:
+        env["ANTHROPIC_AUTH_TOKEN"] = target.key
+        unset = ("ANTHROPIC_API_KEY",)  # the user's key went to the proxy
+    elif not environ.get("ANTHROPIC_API_KEY") and not environ.get("ANTHROPIC_AUTH_TOKEN"):
         env["ANTHROPIC_AUTH_TOKEN"] = PLACEHOLDER_KEY
     if target.model:
         # The background calls (titles, summaries of tool output) use the "haiku" model: the same
@@ -106,7 +140,7 @@ def claude(args: list[str], target: Target, scratch: Path, environ: Mapping[str,
         # Claude Code knows the windows of its own models; it reads this for any other id only.
         if target.window and not target.model.lower().startswith("claude"):
             env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(target.window)
-    return Launch(["claude", *args], env)
+    return Launch(["claude", *args], env, unset)
 
 
 def _toml_string(value: str) -> str:
@@ -119,7 +153,11 @@ def codex(args: list[str], target: Target, scratch: Path, environ: Mapping[str, 
         "base_url": _toml_string(f"{target.proxy}/v1"),
         "wire_api": _toml_string("responses"),
     }
-    if environ.get("OPENAI_API_KEY"):
+    env = {}
+    if target.key:  # read from the environment: an override would show the key in `ps`
+        provider["env_key"] = _toml_string(PROXY_KEY_VARIABLE)
+        env[PROXY_KEY_VARIABLE] = target.key
+    elif environ.get("OPENAI_API_KEY"):
         provider["env_key"] = _toml_string("OPENAI_API_KEY")
     table = "{" + ", ".join(f"{k} = {v}" for k, v in provider.items()) + "}"
     overrides = [
@@ -135,7 +173,7 @@ def codex(args: list[str], target: Target, scratch: Path, environ: Mapping[str, 
     argv = ["codex"]
     for override in overrides:
         argv += ["-c", override]
-    return Launch([*argv, *args])
+    return Launch([*argv, *args], env)
 
 
 def _output_limit(window: int) -> int:
@@ -148,7 +186,9 @@ def opencode(args: list[str], target: Target, scratch: Path, environ: Mapping[st
     if target.window:
         entry["limit"] = {"context": target.window, "output": _output_limit(target.window)}
     options: dict[str, Any] = {"baseURL": f"{target.proxy}/v1"}
-    if environ.get("OPENAI_API_KEY"):
+    if target.key:
+        options["apiKey"] = f"{{env:{PROXY_KEY_VARIABLE}}}"
+    elif environ.get("OPENAI_API_KEY"):
         options["apiKey"] = "{env:OPENAI_API_KEY}"
     config = {
         "$schema": "https://opencode.ai/config.json",
@@ -165,6 +205,8 @@ def opencode(args: list[str], target: Target, scratch: Path, environ: Mapping[st
         "share": "disabled",
     }
     env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
+    if target.key:
+        env[PROXY_KEY_VARIABLE] = target.key
     env |= _defaults(
         environ,
         {
@@ -208,49 +250,36 @@ def aider(args: list[str], target: Target, scratch: Path, environ: Mapping[str, 
     argv += ["--model-metadata-file", str(metadata)]
     # LiteLLM (inside aider) fetches a model price list from GitHub at import unless told not to.
     env = _defaults(environ, {"LITELLM_LOCAL_MODEL_COST_MAP": "True"})
-    if not environ.get("OPENAI_API_KEY"):
+    if target.key:  # not --openai-api-key, which `ps` shows
+        env["OPENAI_API_KEY"] = target.key
+    elif not environ.get("OPENAI_API_KEY"):
         env["OPENAI_API_KEY"] = PLACEHOLDER_KEY
     return Launch([*argv, *args], env)
 
 
-SYSTEM_SETTINGS = Path("/etc/gemini-cli/settings.json")
-
-
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+# Laid over the user's Gemini CLI settings: the auth type a base URL needs (FACTS.md: "Invalid auth
+# method selected"), and no usage statistics, telemetry or update checks (no deprecated names).
+GEMINI_SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+    "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+}
 
 
 def gemini(args: list[str], target: Target, scratch: Path, environ: Mapping[str, str]) -> Launch:
-    # A system settings file overrides the user's: ours is the machine's own (if any) with the
-    # API-key auth type on top, which the base URL needs (FACTS: "Invalid auth method selected").
-    existing = Path(environ.get("GEMINI_CLI_SYSTEM_SETTINGS_PATH") or SYSTEM_SETTINGS)
-    try:
-        base = json.loads(existing.read_text())
-    except (OSError, ValueError):
-        base = {}
-    settings = _merge(
-        base if isinstance(base, dict) else {},
-        {
-            "security": {"auth": {"selectedType": "gemini-api-key"}},
-            "privacy": {"usageStatisticsEnabled": False},
-            "telemetry": {"enabled": False},
-            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-        },
-    )
-    path = scratch / "gemini-settings.json"
-    path.write_text(json.dumps(settings, indent=2))
-    env = {"GOOGLE_GEMINI_BASE_URL": target.proxy, "GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(path)}
-    if not environ.get("GEMINI_API_KEY"):
+    real_home = Path(environ.get("GEMINI_CLI_HOME") or environ.get("HOME") or Path.home())
+    home = scratch / "gemini-home"
+    home.mkdir()
+    gemini_home.lay_out(real_home, home, GEMINI_SETTINGS)
+    env = {"GOOGLE_GEMINI_BASE_URL": target.proxy, "GEMINI_CLI_HOME": str(home)}
+    if target.key:
+        env["GEMINI_API_KEY"] = target.key
+    elif not environ.get("GEMINI_API_KEY"):
         env["GEMINI_API_KEY"] = PLACEHOLDER_KEY
     if target.model:
         env["GEMINI_MODEL"] = target.model
-    return Launch(["gemini", *args], env)
+    return Launch(["gemini", *args], env, finish=lambda: gemini_home.bring_back(real_home, home))
 
 
 PLANS: dict[str, Callable[[list[str], Target, Path, Mapping[str, str]], Launch]] = {

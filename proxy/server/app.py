@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -22,6 +22,7 @@ from starlette.responses import Response
 from proxy import __version__
 from proxy.errors import ErrorShape, ProxyError, error_response
 from proxy.formats import FormatRoute, Passthrough, RouteTable
+from proxy.gateway.routes import Gateway
 from proxy.live.routes import add_routes as add_live_page
 from proxy.metrics import Metrics
 from proxy.server.collector import tune_collector
@@ -51,10 +52,11 @@ def create_app(
     table, metrics = routes or RouteTable(), Metrics()
     parts = Parts.wire(settings, transport or build_transport(settings), metrics, table)
     pipeline = Pipeline(parts)
+    gateway = Gateway.wire(pipeline)  # Headroom's contract: /v1/compress, /v1/retrieve
     app = FastAPI(
         title="compacting-proxy",
         version=__version__,
-        lifespan=lifespan_of(parts, owns_transport=transport is None),
+        lifespan=lifespan_of(parts, owns_transport=transport is None, closing=(gateway.aclose,)),
     )
     app.state.settings, app.state.metrics, app.state.pipeline = settings, metrics, pipeline
     app.state.planner = parts.planner
@@ -65,6 +67,7 @@ def create_app(
     app.add_api_route(
         "/compact/{path:path}", dry_run_for(pipeline), methods=["POST"], include_in_schema=False
     )
+    gateway.add_routes(app)
     for route in table.routes:
         app.add_api_route(
             route.path, compacting(pipeline, route), methods=["POST"], include_in_schema=route.documented
@@ -88,10 +91,10 @@ ErrorHandler = Callable[[Request, Exception], Coroutine[Any, Any, Response]]
 
 
 def lifespan_of(
-    parts: Parts, *, owns_transport: bool
+    parts: Parts, *, owns_transport: bool, closing: tuple[Callable[[], Awaitable[None]], ...] = ()
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """The app's start and end: what starts while the process is small, and what closes (the
-    transport too, when the app built it)."""
+    transport too, when the app built it, and `closing`, the app's other parts)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -103,6 +106,8 @@ def lifespan_of(
         try:
             yield
         finally:
+            for close in closing:
+                await close()
             await parts.aclose(transport=owns_transport)
 
     return lifespan

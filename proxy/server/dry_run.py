@@ -14,8 +14,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.bodies.jsonbody import dump_json, parse_json_object
+from proxy.engine.plan import ChatPlan
 from proxy.errors import ProxyError
-from proxy.formats import FormatRoute
+from proxy.formats import Conversation, FormatRoute
 from proxy.server.flight import Flight
 from proxy.server.intake import read_json_body
 from proxy.server.pipeline import Pipeline
@@ -60,10 +61,18 @@ async def compact_report(
     if conversation is None:
         report: dict[str, Any] = {"messages": None, "report": {"compacted": False, "left_alone": True}}
         return Response(dump_json(report), media_type="application/json")
-    flight = Flight.read(request, route, b"")
-    flight.body, flight.conversation = body, conversation
-    plan = await pipeline.plan(flight)
+    plan = await plan_for(pipeline, request, route, body, conversation)
     report = {"messages": plan.result.messages, "report": plan.report()}
     if route.report_body:
         report["body"] = wire.write(body, conversation, plan) if plan.result.changed else body
     return Response(dump_json(report), media_type="application/json")
+
+
+async def plan_for(
+    pipeline: Pipeline, request: Request, route: FormatRoute, body: dict[str, Any], conversation: Conversation
+) -> ChatPlan:
+    """The plan the compacted route would make for `conversation` (read from `body`), without
+    calling the upstream (the gateway's `/v1/compress` plans here too)."""
+    flight = Flight.read(request, route, b"")
+    flight.body, flight.conversation = body, conversation
+    return await pipeline.plan(flight)

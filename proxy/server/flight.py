@@ -43,6 +43,7 @@ class Flight:
     conversation: Conversation | None = None
     plan: ChatPlan | None = None
     record: Record | None = None
+    resend: bytes | None = None  # what goes once more after a refusal its format repaired
 
     @property
     def label(self) -> str:
@@ -51,6 +52,8 @@ class Flight:
 
     def content(self) -> bytes:
         """What goes upstream: the way's bytes for the plan, or the bytes as they came."""
+        if self.resend is not None:
+            return self.resend
         if self.plan is None or self.body is None or self.conversation is None:
             return self.raw
         return self.way.content(self.raw, self.body, self.conversation, self.plan)

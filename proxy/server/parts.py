@@ -21,7 +21,6 @@ from typing import Any
 import httpx
 
 from proxy.bodies.work import Bodies
-from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
 from proxy.live import Records
 from proxy.live.shared import SharedRecords
@@ -31,6 +30,7 @@ from proxy.server.flight import Credentials
 from proxy.server.readiness import Readiness
 from proxy.settings import Settings
 from proxy.sharing.link import SharedCalibrator, SharedState, SharedTable
+from proxy.sharing.summaries import SummaryCache
 from proxy.upstream.forwarding import Upstream, build_timeout
 from proxy.upstream.probes import DetectedWindow, UpstreamTokenCounter, WindowDetector
 from proxy.upstream.summarizer import Summarizer
@@ -98,6 +98,8 @@ class Parts:
         if shared and records.enabled:
             SharedRecords(shared, records)  # every replica's page shows every replica's traffic
         metrics.watch_table("ui_records", functools.partial(len, records))
+        metrics.watch_table("ui_pages", functools.partial(len, records.pages))
+        metrics.watch_table_bytes("ui_pages", lambda: records.pages.backlog_bytes)
         return cls(
             settings=settings,
             metrics=metrics,

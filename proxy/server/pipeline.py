@@ -35,6 +35,7 @@ from proxy.engine.plan import ChatPlan
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
 from proxy.formats import Conversation, FormatRoute, WireFormat
+from proxy.gateway.audit import audit, audits
 from proxy.server.flight import Flight
 from proxy.server.intake import (
     check_messages,
@@ -80,7 +81,10 @@ class Pipeline:
         await self.read_conversation(flight)
         if flight.conversation is None:  # the server keeps or compacts this history itself
             return await until_disconnect(request, self.forward(flight))
-        flight.plan = await self.summarise(flight, await self.plan(flight))
+        plan = await self.plan(flight)
+        if audits(self.parts.settings, request):  # sent as it came, what it would cut reported
+            flight.way, plan = audit(flight.way, plan, flight.conversation)
+        flight.plan = await self.summarise(flight, plan)
         self.record(flight)
         self.check_overflow(flight)
         self.log_plan(flight)
@@ -209,6 +213,8 @@ class Pipeline:
         assert plan is not None and conversation is not None
         error = await read_raw(response)
         overflow = parse_overflow(response.status_code, error)
+        if overflow is None and (again := self.repaired(flight, response.status_code, error)) is not None:
+            return await self.send(again)
         harder = self.parts.planner.harder(conversation.request, plan, overflow) if overflow else None
         if harder is None:
             if overflow:
@@ -223,6 +229,17 @@ class Pipeline:
         flight.plan = await self.summarise(flight, harder)
         self.parts.records.retried(flight.record, overflow, flight.plan, conversation)
         return await self.send(flight)
+
+    def repaired(self, flight: Flight, status: int, error: bytes) -> Flight | None:
+        """`flight` set to go once more as its format repairs it after a refusal that says how
+        (`resend_after`: Anthropic's thinking block bound to another conversation), if it does."""
+        if flight.resend is not None:
+            return None
+        again = flight.route.format.resend_after(flight.content(), status, error)
+        if again is not None:
+            log.info("The upstream refused the request (%s); sending it once more, repaired.", status)
+            flight.resend = again
+        return None if again is None else flight
 
     def release(self, flight: Flight) -> None:
         """Once its answer is on its way: a large body's million objects freed off the loop, a few at
@@ -246,9 +263,12 @@ class Pipeline:
         if b"x-request-id" not in {k.lower() for k, _ in headers}:
             headers.append((b"x-request-id", request_id.get().encode()))
         url = parts.upstream.url(way.path, query, from_root=way.from_root)
+        content = await parts.bodies.run(
+            flight.raw, flight.content
+        )  # a large body's written back off the loop
         started = time.perf_counter()
         try:
-            response = await parts.upstream.open(request.method, url, headers, flight.content())
+            response = await parts.upstream.open(request.method, url, headers, content)
         except ProxyError as exc:
             parts.metrics.upstream_errors.labels(exc.code or "error").inc()
             raise

@@ -26,6 +26,7 @@ from tests.support.live_page import (
     as_chat,
     as_messages,
     coding_loop,
+    live_page,
     requests_of,
 )
 from tests.support.processes import VENV_BIN, free_port, running
@@ -104,66 +105,58 @@ class Sent:
 
 def test_the_page_follows_an_agent_loop_live(proxy: ProxyServer, tmp_path: Path) -> None:
     client = httpx.Client(base_url=proxy.base_url, timeout=30)
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            page.goto(proxy.base_url + "/ui")
-            page.wait_for_selector(".conn.live", timeout=PAGE_WAIT_MS)
-            assert page.locator(".convs li").count() == 0
-            page.evaluate("window.__notReloaded = true")
+    with live_page(proxy.base_url, PAGE_WAIT_MS) as page:
+        assert page.locator(".convs li").count() == 0
 
-            totals, per = Sent(), {"chat": Sent(), "messages": Sent()}
-            seen: dict[str, dict[int, str]] = {"chat": {}, "messages": {}}
-            last: dict[str, Any] = {}
-            hammer: set[str] = set()
-            for n, messages in enumerate(requests_of(coding_loop(STEPS)), 1):
-                for fmt, path, body, headers in (
-                    ("chat", "/v1/chat/completions", as_chat(CHAT_MODEL, messages), {}),
-                    (
-                        "messages",
-                        "/v1/messages",
-                        as_messages(CLAUDE_MODEL, messages),
-                        {"x-claude-code-session-id": SESSION, "anthropic-version": "2023-06-01"},
-                    ),
-                ):
-                    dry = client.post("/compact" + path, json=body, headers=headers)
-                    report = dry.json()["report"]
-                    answer = client.post(path, json=body, headers=headers)
-                    assert answer.status_code == 200, answer.text
-                    x = answer.headers
-                    if "x-compaction-tokens-before" in x:  # the figures the client was told
-                        before, after = (
-                            int(x["x-compaction-tokens-before"]),
-                            int(x["x-compaction-tokens-after"]),
-                        )
-                        assert (before, after) == (report["tokens_before"], report["tokens_after"])
-                    else:  # sent as it came: the dry run's count
-                        assert not report["compacted"]
-                        before = after = report["tokens_before"]
-                    reported, cached = usage_figures(path, answer.json())
-                    totals.add(before, after, reported, cached)
-                    per[fmt].add(before, after, reported, cached)
-                    struck = struck_blocks(report, seen[fmt])
-                    seen[fmt] = actions(report)
-                    hammer.update(seen[fmt].values())
-                    last[fmt] = (report, x, struck, per[fmt])
-                    if fmt == "messages" and n == SCREENSHOT_AT:
-                        take_screenshot(page, report, tmp_path / "ui.png")
-                if n in (1, 6) or n % 5 == 0:
-                    expect_page(page, totals, last, n)
-            expect_page(page, totals, last, n)
-            assert {"noted", "capped", "dropped"} <= hammer, "the loop must make the hammer fall every way"
+        totals, per = Sent(), {"chat": Sent(), "messages": Sent()}
+        seen: dict[str, dict[int, str]] = {"chat": {}, "messages": {}}
+        last: dict[str, Any] = {}
+        hammer: set[str] = set()
+        for n, messages in enumerate(requests_of(coding_loop(STEPS)), 1):
+            for fmt, path, body, headers in (
+                ("chat", "/v1/chat/completions", as_chat(CHAT_MODEL, messages), {}),
+                (
+                    "messages",
+                    "/v1/messages",
+                    as_messages(CLAUDE_MODEL, messages),
+                    {"x-claude-code-session-id": SESSION, "anthropic-version": "2023-06-01"},
+                ),
+            ):
+                dry = client.post("/compact" + path, json=body, headers=headers)
+                report = dry.json()["report"]
+                answer = client.post(path, json=body, headers=headers)
+                assert answer.status_code == 200, answer.text
+                x = answer.headers
+                if "x-compaction-tokens-before" in x:  # the figures the client was told
+                    before, after = (
+                        int(x["x-compaction-tokens-before"]),
+                        int(x["x-compaction-tokens-after"]),
+                    )
+                    assert (before, after) == (report["tokens_before"], report["tokens_after"])
+                else:  # sent as it came: the dry run's count
+                    assert not report["compacted"]
+                    before = after = report["tokens_before"]
+                reported, cached = usage_figures(path, answer.json())
+                totals.add(before, after, reported, cached)
+                per[fmt].add(before, after, reported, cached)
+                struck = struck_blocks(report, seen[fmt])
+                seen[fmt] = actions(report)
+                hammer.update(seen[fmt].values())
+                last[fmt] = (report, x, struck, per[fmt])
+                if fmt == "messages" and n == SCREENSHOT_AT:
+                    take_screenshot(page, report, tmp_path / "ui.png")
+            if n in (1, 6) or n % 5 == 0:
+                expect_page(page, totals, last, n)
+        expect_page(page, totals, last, n)
+        assert {"noted", "capped", "dropped"} <= hammer, "the loop must make the hammer fall every way"
 
-            # Each conversation's well, as the proxy's report of its latest request says.
-            for fmt in ("chat", "messages"):
-                report, x, struck, sent = last[fmt]
-                model = CHAT_MODEL if fmt == "chat" else CLAUDE_MODEL
-                page.locator(".convs li", has_text=model).click()
-                expect_well(page, report, x, struck, sent)
-            assert page.evaluate("window.__notReloaded === true"), "the page reloaded"
-        finally:
-            browser.close()
+        # Each conversation's well, as the proxy's report of its latest request says.
+        for fmt in ("chat", "messages"):
+            report, x, struck, sent = last[fmt]
+            model = CHAT_MODEL if fmt == "chat" else CLAUDE_MODEL
+            page.locator(".convs li", has_text=model).click()
+            expect_well(page, report, x, struck, sent)
+        assert page.evaluate("window.__notReloaded === true"), "the page reloaded"
 
 
 def take_screenshot(page: Any, report: dict[str, Any], path: Path) -> None:

@@ -16,10 +16,10 @@ import pytest
 from tests.support.deployment import running_redis
 from tests.support.live_page import (
     CHROMIUM,
-    CHROMIUM_ARGS,
     FORMATS_UPSTREAM,
     as_chat,
     coding_loop,
+    live_page,
     requests_of,
 )
 from tests.support.processes import VENV_BIN, free_port, running
@@ -30,7 +30,7 @@ pytestmark = [
     pytest.mark.redis,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (scripts/test.sh)"),
 ]
-playwright = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
 STEPS = 13
 PAGE_WAIT_MS = 8000
@@ -56,47 +56,39 @@ def test_the_page_of_one_replica_follows_a_loop_through_both(
     replicas: tuple[ProxyServer, ProxyServer],
 ) -> None:
     a, b = replicas
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            page.goto(b.base_url + "/ui")
-            page.wait_for_selector(".conn.live", timeout=PAGE_WAIT_MS)
-            page.evaluate("window.__notReloaded = true")
-            page.wait_for_timeout(2500)  # the page's watching flag reaches replica a
+    with live_page(b.base_url, PAGE_WAIT_MS) as page:
+        page.wait_for_timeout(2500)  # the page's watching flag reaches replica a
 
-            sent, x = 0, httpx.Headers()
-            for n, messages in enumerate(requests_of(coding_loop(STEPS)), 1):
-                replica = a if n % 2 else b
-                answer = httpx.post(
-                    replica.base_url + "/v1/chat/completions", json=as_chat("m", messages), timeout=30
-                )
-                assert answer.status_code == 200, answer.text
-                x = answer.headers
-                sent += int(x.get("x-compaction-tokens-before") or 0) or _dry_before(b, messages)
-            assert n % 2 == 1, "the last request must go through the other replica"
-            assert "x-compaction-tokens-before" in x, "the loop must make the hammer fall"
+        sent, x = 0, httpx.Headers()
+        for n, messages in enumerate(requests_of(coding_loop(STEPS)), 1):
+            replica = a if n % 2 else b
+            answer = httpx.post(
+                replica.base_url + "/v1/chat/completions", json=as_chat("m", messages), timeout=30
+            )
+            assert answer.status_code == 200, answer.text
+            x = answer.headers
+            sent += int(x.get("x-compaction-tokens-before") or 0) or _dry_before(b, messages)
+        assert n % 2 == 1, "the last request must go through the other replica"
+        assert "x-compaction-tokens-before" in x, "the loop must make the hammer fall"
 
-            page.wait_for_function(
-                """([n, sent]) => {
-                    const items = [...document.querySelectorAll('.convs li')];
-                    const value = document.querySelector('[data-sent=sent]').dataset.value;
-                    return items.length === 1 && items[0].dataset.requests === String(n) && value === String(sent);
-                }""",
-                arg=[n, sent],
-                timeout=PAGE_WAIT_MS,
-            )
-            page.wait_for_function(  # the well of the latest request, drawn by replica a
-                """() => document.querySelector('#well').dataset.seq === document.querySelector('#facts').dataset.seq""",
-                timeout=PAGE_WAIT_MS,
-            )
-            for state, header in (("noted", "truncated"), ("capped", "capped")):
-                blocks = page.locator(f"#well rect.blk[data-state={state}]").count()
-                assert blocks == int(x.get(f"x-compaction-{header}", 0))
-            assert page.locator("#well rect.blk").count() > 0
-            assert page.evaluate("window.__notReloaded === true"), "the page reloaded"
-        finally:
-            browser.close()
+        page.wait_for_function(
+            """([n, sent]) => {
+                const items = [...document.querySelectorAll('.convs li')];
+                const value = document.querySelector('[data-sent=sent]').dataset.value;
+                return items.length === 1 && items[0].dataset.requests === String(n) && value === String(sent);
+            }""",
+            arg=[n, sent],
+            timeout=PAGE_WAIT_MS,
+        )
+        page.wait_for_function(  # the well of the latest request, drawn by replica a
+            """() => document.querySelector('#well').dataset.seq === document.querySelector('#facts').dataset.seq""",
+            timeout=PAGE_WAIT_MS,
+        )
+        for state, header in (("noted", "truncated"), ("capped", "capped")):
+            blocks = page.locator(f"#well rect.blk[data-state={state}]").count()
+            assert blocks == int(x.get(f"x-compaction-{header}", 0))
+        assert page.locator("#well rect.blk").count() > 0
+        assert page.evaluate("window.__notReloaded === true"), "the page reloaded"
 
 
 def _dry_before(replica: ProxyServer, messages: list[dict[str, object]]) -> int:

@@ -1,8 +1,9 @@
 """The real Gemini CLI (`@google/gemini-cli`, from npm) in a tool loop on a real source tree: against a
 scripted Gemini API server that enforces its window (tests/support/upstreams/gemini_model.py), directly
 (the control: it goes over the window and the CLI exits on the 400) and through the real
-`compacting-proxy` process at 32k; and a short run through the proxy's Gemini bridge to a real
-llama-server with the tiny model (its Chat Completions), which no server offers by itself.
+`compacting-proxy` process at 32k; a short run through the proxy's Gemini bridge to a real
+llama-server with the tiny model (its Chat Completions), which no server offers by itself; and a
+loop past the CLI's loop check through the bridge to a strict Chat Completions server.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support import gemini_cli
-from tests.support.agent_clis import lay_out_tree
+from tests.support.agent_clis import RUN_MODEL, lay_out_tree, model_server
+from tests.support.processes import free_port
+from tests.support.upstreams.agent_model import DONE_MARK
 from tests.support.upstreams.llama import LlamaServer, _start, write_model
 from tests.support.upstreams.proxy_server import running_proxy
 
@@ -87,3 +91,27 @@ def test_gemini_cli_runs_on_llama_server_through_the_bridge() -> None:
     assert code == 0, f"{output[-2000:]}\n--- proxy ---\n{log}"
     assert re.search(r'"POST /v1beta/models/tiny:streamGenerateContent\?alt=sse HTTP/1.1" 200', log), log
     assert "processing task" in served, served[-2000:]  # the model ran the translated chat
+
+
+def test_the_loop_check_and_side_calls_pass_the_bridge_to_a_strict_server() -> None:
+    """Gemini CLI pointed at the proxy by hand, the proxy bridging to a strict Chat Completions
+    server (the scripted agent model behind `tests.support.upstreams.strict`) with
+    `COMPACT_GEMINI_MODEL`: from its 30th turn the CLI's loop check sends its history ending in a
+    call not answered yet, which the server would refuse as OpenAI's API does; and names
+    `gemini-3-flash-preview`, which the server does not have."""
+    steps = 34
+    with tempfile.TemporaryDirectory(prefix="agent-gemini-strict-") as tmp:
+        tree = lay_out_tree(Path(tmp))
+        with (
+            model_server(64_000, steps, tree, free_port(), None, strict=True) as server,
+            running_proxy(f"{server}/v1", 64_000, gemini_model=RUN_MODEL) as proxy,
+        ):
+            code, output = gemini_cli.run_cli(
+                proxy.base_url, RUN_MODEL, tree, Path(tmp) / "home", timeout=600
+            )
+            recorded = httpx.get(f"{server}/_recorded", timeout=30).json()
+    explain = f"exit {code}\n{output[-2000:]}"
+    assert code == 0 and DONE_MARK in output, explain
+    assert recorded["refused"] == [], explain
+    assert [r for r in recorded["received"] if r["kind"] == "json"], "the loop check reached the server"
+    assert {r["model"] for r in recorded["received"]} == {RUN_MODEL}

@@ -18,13 +18,15 @@ from proxy.engine.plan import plan_chat
 from proxy.formats import Conversation
 from proxy.live.answers import cached_tokens
 from proxy.live.identity import conversation_key
+from proxy.live.owners import EVERYTHING
 from proxy.live.records import Records
-from proxy.live.routes import _stream
 from proxy.live.shared import take
 from proxy.live.well import Decided, build_well
 from proxy.planning.planner import Planner
 from tests.support.fakes import RecordingUpstream, completion, make_settings, proxy_client
+from tests.support.format_chats import as_responses
 from tests.support.live_page import as_chat, coding_loop, requests_of
+from tests.support.upstreams.chats import support_chat
 
 CHAT = "/v1/chat/completions"
 SECRET = "order-4471"
@@ -145,14 +147,13 @@ def test_the_well_stacks_to_what_was_forwarded() -> None:
 def test_a_page_watching_gets_the_record_then_its_well() -> None:
     async def watch() -> list[tuple[str, dict[str, Any]]]:
         conversation, plan, records = planned(requests_of(coding_loop(16))[-1])
-        stream = _stream(records)
-        hello = await anext(stream)
-        assert hello.startswith(b"event: hello\n")
+        page = records.pages.open(EVERYTHING)
+        assert page is not None and records.watched
         records.add([(b"session_id", b"t1")], "chat", conversation, plan)
-        frames = [await anext(stream), await anext(stream)]
-        await stream.aclose()
-        assert not records.watchers
-        return [(f.split(b"\n")[0][7:].decode(), json.loads(f.split(b"\ndata: ")[1])) for f in frames]
+        frames = [await page.next(30), await page.next(30)]
+        records.pages.close(page)
+        assert not records.pages and not records.watched
+        return [(f.split(b"\n")[0][7:].decode(), json.loads(f.split(b"\ndata: ")[1])) for f in frames if f]
 
     (kind1, first), (kind2, second) = asyncio.run(watch())
     assert (kind1, kind2) == ("record", "well")
@@ -192,7 +193,7 @@ async def test_the_page_and_its_records_through_the_app() -> None:
         page = await client.get("/ui")
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert "default-src 'self'" in page.headers["content-security-policy"]
-        assert (await client.get("/ui/static/ui.js")).status_code == 200
+        assert (await client.get("/ui/static/main.mjs")).status_code == 200
         assert (await client.get("/ui/static/secrets.txt")).status_code == 404
         answer = await client.post(CHAT, json=long_chat(), headers={"session_id": "codex-thread-1"})
         assert answer.headers["x-compaction-dropped"] != "0"
@@ -218,7 +219,7 @@ async def test_previews_only_when_asked() -> None:
 async def test_the_page_can_be_turned_off() -> None:
     async with proxy_client(RecordingUpstream(), window=3000, ui=False) as client:
         await client.post(CHAT, json=long_chat())
-        for path in ("/ui", "/ui/events", "/ui/conversations", "/ui/static/ui.js"):
+        for path in ("/ui", "/ui/events", "/ui/conversations", "/ui/static/main.mjs"):
             assert (await client.get(path)).status_code == 404
         assert "ui_records" in (await client.get("/metrics")).text  # the gauge stays, at 0
 
@@ -226,7 +227,7 @@ async def test_the_page_can_be_turned_off() -> None:
 async def test_with_api_keys_the_data_needs_a_key_the_page_does_not() -> None:
     async with proxy_client(RecordingUpstream(), window=3000, api_keys="k1") as client:
         assert (await client.get("/ui")).status_code == 200
-        assert (await client.get("/ui/static/ui.js")).status_code == 200
+        assert (await client.get("/ui/static/main.mjs")).status_code == 200
         assert (await client.get("/ui/conversations")).status_code == 401
         assert (await client.get("/ui/events")).status_code == 401
         assert (await client.get("/ui/conversations?key=k1")).status_code == 401  # never in the query
@@ -308,3 +309,25 @@ def test_another_replicas_records_are_added_once_and_updated_in_place() -> None:
     (log,) = here.conversations.values()
     assert [(r.origin_seq, r.prompt_tokens) for r in log.records] == [(1, 7), (2, None)]
     assert here.totals.requests == 2 and here.totals.reported == 7 and newest == {"b": 2}
+
+
+async def test_a_remote_compaction_is_recorded_with_what_it_replaced() -> None:
+    """Issue 36, row 4: Codex's `compaction_trigger`, answered by the proxy, is a record of its own:
+    counted as a request and a compaction, its history's size before and after (not in SENT: nothing
+    went upstream), and how many items the sealed one stands for."""
+    instructions, items = as_responses(support_chat(12, result_items=20))
+    body = {"model": "m", "instructions": instructions, "input": [*items, {"type": "compaction_trigger"}]}
+    async with proxy_client(RecordingUpstream(), window=100_000) as client:
+        answer = await client.post("/v1/responses", json=body, headers={"session-id": "codex-1"})
+        assert answer.headers["x-compaction-remote"] == "answered"
+        snap = (await client.get("/ui/conversations")).json()
+        (conv,) = snap["conversations"]
+        detail = (await client.get(f"/ui/conversations/{conv['key']}")).json()
+    (record,) = detail["records"]
+    assert record["headers"] == {"x-compaction-remote": "answered"}
+    assert record["remote"] == {"items": len(items), "sealed": record["remote"]["sealed"]}
+    assert 0 < record["remote"]["sealed"] < len(items)
+    assert record["window"] == 100_000 and 0 < record["after"] < record["before"]
+    assert snap["totals"]["requests"] == snap["totals"]["compacted"] == 1
+    assert snap["totals"]["sent"] == snap["totals"]["forwarded"] == 0
+    assert conv["source"] == "session-id" and conv["format"] == "responses"

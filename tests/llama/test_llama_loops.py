@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.support.loops import one_request_loop
+from tests.support.loops import READ_FILE_TOOLS, one_request_loop
 from tests.support.upstreams.llama import LlamaServer, count_prompt_tokens
 from tests.support.upstreams.proxy_server import running_proxy
 
@@ -22,20 +22,7 @@ pytestmark = pytest.mark.llama
 
 MODEL = "tiny"
 MAX_TOKENS = 8
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file, numbered like cat -n.",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"],
-            },
-        },
-    }
-]
+TOOLS = READ_FILE_TOOLS
 
 
 def sdk(base_url: str) -> openai.OpenAI:

@@ -33,6 +33,23 @@ def stub() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
 
 
+@pytest.fixture(scope="module")
+def recording() -> Iterator[str]:
+    """An upstream that keeps every request it gets, headers included (`GET /_recorded`)."""
+    port = free_port()
+    args = [
+        sys.executable,
+        "-m",
+        "tests.support.upstreams.formats",
+        "--port",
+        str(port),
+        "--window",
+        "100000",
+    ]
+    with running(args, ready_url=f"http://127.0.0.1:{port}/_recorded"):
+        yield f"http://127.0.0.1:{port}"
+
+
 @pytest.fixture
 def user(tmp_path: Path) -> dict[str, str]:
     """The environment of a user with the fake CLIs on the PATH and a HOME of their own."""
@@ -222,3 +239,74 @@ def test_no_proxy_outlives_a_killed_run(stub: str, user: dict[str, str], tmp_pat
         # The fake CLI, orphaned by the kill as any CLI would be, is ended here.
         with contextlib.suppress(OSError, ValueError):
             os.kill(fake_clis.recorded(tmp_path / "seen.json")["pid"], signal.SIGTERM)
+
+
+def wait_ready(process: subprocess.Popen[str], ready: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    assert ready.exists(), process.stderr.read() if process.stderr else ""
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "relay this for me"}]}
+
+
+@pytest.mark.parametrize("cli", ["claude", "opencode", "gemini"])
+def test_the_proxy_run_starts_answers_only_its_cli(
+    cli: str, recording: str, user: dict[str, str], tmp_path: Path
+) -> None:
+    """Another local user who finds the proxy's port (in `ps`, or by trying them) can neither read
+    its page's data nor relay a chat with the user's upstream key: the proxy has a key of its own,
+    which only the CLI was given; the CLI's own chat goes through, with the user's key upstream."""
+    httpx.delete(f"{recording}/_recorded", timeout=10)
+    ready = tmp_path / "ready"
+    user_key = {"claude": "ANTHROPIC_API_KEY", "opencode": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}[cli]
+    env = user | {"FAKE_MODE": "wait", "FAKE_READY": str(ready), "FAKE_CHAT": "1", user_key: "sk-users-own"}
+    cmd = [*proxy_command(), "run", cli, "--upstream", f"{recording}/v1", "--model", "m"]
+    process = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_ready(process, ready)
+        seen = fake_clis.recorded(tmp_path / "seen.json")
+        root = seen["root"]
+        assert seen["chat"]["status"] == 200, "the CLI's own chat goes through"
+        other = [
+            httpx.get(f"{root}/ui/conversations", timeout=10),
+            httpx.post(f"{root}/v1/chat/completions", json=CHAT, timeout=10),
+            httpx.post(f"{root}/v1/chat/completions", json=CHAT, headers={"x-api-key": "guess"}, timeout=10),
+            httpx.get(f"{root}/v1/models", timeout=10),
+        ]
+        assert [r.status_code for r in other] == [401] * len(other)
+        assert "relay this" not in other[0].text
+        received = httpx.get(f"{recording}/_recorded", timeout=10).json()
+        assert [r["path"] for r in received] == ["/v1/chat/completions"], "only the CLI's chat went up"
+        headers = received[0]["headers"]
+        sent_key = headers.get("authorization", "") + headers.get("x-api-key", "")
+        assert sent_key.removeprefix("Bearer ") == "sk-users-own", "the user's key went on upstream"
+        run_key = seen["env"]["COMPACTING_PROXY_API_KEY" if cli == "opencode" else key_variable(cli)]
+        assert run_key != "sk-users-own" and run_key in str(seen["headers"]), "the CLI sends the proxy's key"
+        assert not [line for line in command_lines() if run_key in line or "sk-users-own" in line], (
+            "not in ps"
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)  # passed on to the CLI
+        try:
+            _, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+    assert f"watch it at {root}/ui (the page asks for this session's key: {run_key})" in stderr
+
+
+def key_variable(cli: str) -> str:
+    return {"claude": "ANTHROPIC_AUTH_TOKEN", "gemini": "GEMINI_API_KEY"}[cli]
+
+
+def command_lines() -> list[str]:
+    """Every process's command line, as `ps` shows them to any user."""
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return lines

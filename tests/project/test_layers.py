@@ -38,6 +38,7 @@ RANKS: dict[str, float] = {
     "proxy.live": 7,
     "proxy.connections": 8,
     "proxy.server": 8,
+    "proxy.gateway": 8,  # the gateway contract runs the server's pipeline, and the server runs its audit
     "proxy.cli": 9,
     "proxy.run": 9,
     "proxy.demo": 9,

@@ -11,10 +11,12 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from redis import Redis
 
 from tests.support.deployment import running_redis
 from tests.support.live_page import FORMATS_UPSTREAM, as_chat, coding_loop, next_event, requests_of
@@ -115,3 +117,36 @@ def test_redis_stopped_loses_no_request_and_each_page_keeps_its_own(upstream: st
         finally:
             os.kill(redis.process.pid, signal.SIGCONT)
         until(lambda: requests_seen(a) == 3 and requests_seen(b) == 3, timeout=10)  # caught up
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_long_model_names_reach_redis_and_the_other_replica_cut(upstream: str) -> None:
+    """Issue 35, row 3: 30 chats with distinct 4 MB model names through one replica: Redis and the
+    other replica's page hold each name as its start and a digest (Redis grew 276 MB, the other
+    replica 175 MB, when they held them whole)."""
+    with running_redis() as redis, ExitStack() as stack:
+        a, b = (
+            stack.enter_context(running_proxy(upstream, WINDOW, calibrate="false", cache_url=redis.url))
+            for _ in range(2)
+        )
+        store = Redis.from_url(redis.url)
+        redis_before, b_before = store.info("memory")["used_memory"], rss_mb(b)
+        for n in range(30):
+            body = as_chat(f"model-{n:03d}-" + "x" * 4 * 1024 * 1024, requests_of(coding_loop(2))[0])
+            answer = httpx.post(a.base_url + "/v1/chat/completions", json=body, timeout=60)
+            assert answer.status_code == 200, answer.text[:300]
+        until(lambda: requests_seen(b) == 20, timeout=30)  # its last 20 conversations
+        redis_growth = (store.info("memory")["used_memory"] - redis_before) / 2**20
+        b_growth = rss_mb(b) - b_before
+        seen = httpx.get(b.base_url + "/ui/conversations", timeout=30)
+    print(f"row 3 through Redis: Redis +{redis_growth:.1f} MB, the other replica +{b_growth:.0f} MB")
+    assert len(seen.content) < 64 * 1024
+    assert all(len(c["model"]) <= 128 for c in seen.json()["conversations"])
+    assert redis_growth < 16, f"Redis grew {redis_growth:.0f} MB"
+    assert b_growth < 64, f"the other replica grew {b_growth:.0f} MB"
+
+
+def rss_mb(replica: ProxyServer) -> float:
+    status = Path(f"/proc/{replica.process.pid}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024

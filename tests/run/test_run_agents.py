@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from proxy.run.agents import CLIS, PLACEHOLDER_KEY, Target, default_model, launch
+from proxy.run.agents import (
+    CLIS,
+    PLACEHOLDER_KEY,
+    PROXY_KEY_VARIABLE,
+    Target,
+    default_model,
+    launch,
+    upstream_key,
+)
 
 PROXY = "http://127.0.0.1:9999"
 
@@ -28,7 +36,9 @@ def codex_overrides(argv: list[str]) -> dict[str, object]:
 
 def test_every_cli_runs_with_the_users_arguments_last(tmp_path: Path) -> None:
     for cli in CLIS:
-        plan = launch(cli, ["--flag", "a task"], Target(PROXY, "m", 32_000), tmp_path, {})
+        scratch = tmp_path / cli
+        scratch.mkdir()
+        plan = launch(cli, ["--flag", "a task"], Target(PROXY, "m", 32_000), scratch, {"HOME": str(tmp_path)})
         assert plan.argv[0] == cli
         assert plan.argv[-2:] == ["--flag", "a task"]
 
@@ -109,24 +119,85 @@ def test_aider_by_its_flags(tmp_path: Path) -> None:
     assert "max_input_tokens" not in entry, "an entry all the same: aider then fetches no price list"
 
 
-def test_gemini_by_a_system_settings_file_laid_over_the_machines(tmp_path: Path) -> None:
-    machine = tmp_path / "machine.json"
-    machine.write_text(json.dumps({"security": {"folderTrust": {"enabled": True}}, "ui": {"theme": "x"}}))
+def lay_out_gemini_user(home: Path) -> dict[Path, bytes]:
+    """A user who has run Gemini CLI before: settings with a comment, a session, an env file."""
+    gemini = home / ".gemini"
+    (gemini / "tmp" / "proj" / "chats").mkdir(parents=True)
+    (gemini / "settings.json").write_text(
+        '// mine\n{"ui": {"theme": "GitHub"}, "security": {"auth": {"selectedType": "oauth-personal"}},'
+        ' "mcpServers": {"s": {"command": "https://x//y"}}}\n'
+    )
+    (gemini / "projects.json").write_text('{"projects": {}}\n')
+    (gemini / "tmp" / "proj" / "chats" / "old.jsonl").write_text("{}\n")
+    (home / ".env").write_text("FOO=1\n")
+    return {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
+
+
+def test_gemini_by_a_private_home_with_the_users_settings_under_runs(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    before = lay_out_gemini_user(home)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    environ = {"GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(machine), "GEMINI_API_KEY": "user-key"}
+    environ = {"HOME": str(home), "GEMINI_API_KEY": "user-key"}
     plan = launch("gemini", [], Target(PROXY, "gemini-2.5-flash"), scratch, environ)
     assert plan.env["GOOGLE_GEMINI_BASE_URL"] == PROXY
-    assert "GEMINI_API_KEY" not in plan.env
+    assert "GEMINI_API_KEY" not in plan.env, "a running proxy of the user's gets the user's key"
     assert plan.env["GEMINI_MODEL"] == "gemini-2.5-flash"
-    settings = json.loads(Path(plan.env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"]).read_text())
-    assert settings["security"] == {
-        "folderTrust": {"enabled": True},
-        "auth": {"selectedType": "gemini-api-key"},
-    }
-    assert settings["ui"] == {"theme": "x"}
+    assert "GEMINI_CLI_SYSTEM_SETTINGS_PATH" not in plan.env, "a user's file there is skipped"
+    own = Path(plan.env["GEMINI_CLI_HOME"])
+    assert own.parent == scratch and own.stat().st_mode & 0o777 == 0o700
+    settings = json.loads((own / ".gemini" / "settings.json").read_text())
+    assert settings["security"] == {"auth": {"selectedType": "gemini-api-key"}}
+    assert settings["ui"] == {"theme": "GitHub"} and settings["mcpServers"]["s"]["command"] == "https://x//y"
+    assert settings["general"] == {"enableAutoUpdate": False, "enableAutoUpdateNotification": False}
     assert settings["privacy"] == {"usageStatisticsEnabled": False}
-    assert Path(plan.env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"]).parent == scratch
+    assert (own / ".gemini" / "projects.json").resolve() == home / ".gemini" / "projects.json"
+    assert (own / ".env").resolve() == home / ".env", "the rest of the home as it is"
+    assert {p: p.read_bytes() for p in home.rglob("*") if p.is_file()} == before
+
+
+def test_what_gemini_cli_makes_in_its_home_lands_in_the_users(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    before = lay_out_gemini_user(home)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    plan = launch("gemini", [], Target(PROXY, key="k"), scratch, {"HOME": str(home)})
+    own = Path(plan.env["GEMINI_CLI_HOME"]) / ".gemini"
+    (own / "tmp" / "proj" / "chats" / "new.jsonl").write_text("{}\n")  # through the link
+    (own / "history").mkdir()  # a new folder
+    (own / "history" / "h").write_text("ls\n")
+    (own / "projects.json").unlink()  # a file written by rename
+    (own / "projects.json").write_text('{"projects": {"a": 1}}\n')
+    (own / "settings.json").write_text("{}")  # its settings: run's, not kept
+    assert plan.finish is not None
+    plan.finish()
+    gemini = home / ".gemini"
+    assert (gemini / "tmp" / "proj" / "chats" / "new.jsonl").exists()
+    assert (gemini / "history" / "h").read_text() == "ls\n"
+    assert json.loads((gemini / "projects.json").read_text()) == {"projects": {"a": 1}}
+    assert (gemini / "settings.json").read_bytes() == before[gemini / "settings.json"]
+    assert plan.env["GEMINI_API_KEY"] == "k"
+
+
+def test_with_a_proxy_of_its_own_each_cli_gets_its_key_and_none_of_the_users(tmp_path: Path) -> None:
+    user = {"HOME": str(tmp_path), "ANTHROPIC_API_KEY": "sk-ant-user", "OPENAI_API_KEY": "sk-user"}
+    target = Target(PROXY, "m", key="run-key")
+    claude = launch("claude", [], target, tmp_path, user)
+    assert claude.environment(user)["ANTHROPIC_AUTH_TOKEN"] == "run-key"
+    assert "ANTHROPIC_API_KEY" not in claude.environment(user)
+    codex = launch("codex", [], target, tmp_path, user)
+    provider = codex_overrides(codex.argv)["model_providers.compacting_proxy"]
+    assert provider["env_key"] == PROXY_KEY_VARIABLE  # type: ignore[index]
+    assert codex.env[PROXY_KEY_VARIABLE] == "run-key"
+    assert "run-key" not in " ".join(codex.argv), "not on a command line `ps` shows"
+    opencode = launch("opencode", [], target, tmp_path, user)
+    options = json.loads(opencode.env["OPENCODE_CONFIG_CONTENT"])["provider"]["compacting-proxy"]["options"]
+    assert options["apiKey"] == "{env:COMPACTING_PROXY_API_KEY}"
+    assert opencode.env[PROXY_KEY_VARIABLE] == "run-key"
+    aider = launch("aider", [], target, tmp_path, user)
+    assert aider.env["OPENAI_API_KEY"] == "run-key" and "run-key" not in " ".join(aider.argv)
+    assert upstream_key("claude", user) == "sk-ant-user"
+    assert upstream_key("gemini", user) is None
 
 
 def test_an_unknown_cli_is_refused(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ non-essential call off, pointed at the server by the variables or config file a 
   ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (+ ``DISABLE_TELEMETRY``, ``DISABLE_AUTOUPDATER``,
   ``DISABLE_ERROR_REPORTING``); ``claude -p TASK --output-format json --allowedTools Read,Bash,Grep,Glob``
   (``--dangerously-skip-permissions`` is refused as root). Thinking is on by default for the model;
-  ``MAX_THINKING_TOKENS=0`` turns it off.
+  ``MAX_THINKING_TOKENS=0`` turns it off where the model allows it (2.1.332: ``claude-sonnet-4-5``,
+  the model here, yes; ``claude-opus-5-5`` no, it still gets adaptive thinking).
 - Codex with its built-in ``openai`` provider (``codex_compact_limit``): ``openai_base_url =
   "http://proxy/v1"``, a model of its catalogue and ``model_auto_compact_token_limit``, ``OPENAI_API_KEY``:
   it compacts remotely (a ``compaction_trigger`` item), which the proxy answers.
@@ -78,9 +79,12 @@ def run_cli(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> t
 
 
 def version(client: str) -> str:
-    package = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "opencode": "opencode-ai"}[
-        client
-    ]
+    package = {
+        "claude": "@anthropic-ai/claude-code",
+        "codex": "@openai/codex",
+        "opencode": "opencode-ai",
+        "gemini": "@google/gemini-cli",
+    }[client]
     return str(json.loads((CLIS / "node_modules" / package / "package.json").read_text())["version"])
 
 
@@ -417,6 +421,7 @@ RUN_ARGS = {
     "claude": ["-p", TASK, "--output-format", "json", "--allowedTools", "Read,Bash,Grep,Glob"],
     "codex": ["exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", TASK],
     "opencode": ["run", TASK],
+    "gemini": ["-p", TASK, "--yolo"],
 }
 RUN_ENV = {
     "claude": {"MAX_THINKING_TOKENS": "0"},
@@ -427,13 +432,16 @@ RUN_ENV = {
         "OPENCODE_DISABLE_CLAUDE_CODE": "1",
         "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
     },
+    "gemini": {"GEMINI_CLI_TRUST_WORKSPACE": "true"},  # a headless run in a new folder
 }
 RUN_MODEL = "agent-model"
 
 
 def user_env(home: Path) -> dict[str, str]:
-    """A user's environment with a home of its own and the CLIs of tests/clis on the PATH."""
-    return {
+    """A user's environment with a home of its own and the CLIs of tests/clis on the PATH (and the
+    PYTHONPATH that puts the tree under test before the installed one, when the tests have one)."""
+    tree = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+    return tree | {
         "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "HOME": str(home),
         "TERM": "dumb",
@@ -453,11 +461,14 @@ def run_command(
     home: Path | None = None,
     own_proxy: bool = True,
     timeout: float = 600,
+    strict: bool = False,
+    env: dict[str, str] | None = None,
 ) -> tuple[Run, str]:
     """One session started with `compacting-proxy run CLIENT` against the scripted server; the run
     and the proxy's log. With `own_proxy`, `run` starts its proxy itself (`--upstream`, `--window`);
     else a proxy is started here and `run --proxy` points the CLI at the server's tap in front of it,
-    which records what the CLI sent."""
+    which records what the CLI sent. `strict`: the server refuses what strict servers refuse
+    (`tests.support.upstreams.strict`); `env`: more of the user's variables."""
     from tests.support.upstreams.proxy_server import proxy_command
 
     with tempfile.TemporaryDirectory(prefix=f"agent-run-{client}-") as tmp:
@@ -470,7 +481,7 @@ def run_command(
         started = time.monotonic()
         with (
             contextlib_proxy(not own_proxy, f"http://127.0.0.1:{port}/v1", window, {}) as proxy_url,
-            model_server(window, steps, tree, port, proxy_url) as base,
+            model_server(window, steps, tree, port, proxy_url, strict) as base,
         ):
             options = ["--model", RUN_MODEL, "--tell-window" if tell_window else "--no-tell-window"]
             if own_proxy:
@@ -478,8 +489,7 @@ def run_command(
             else:
                 options += ["--proxy", f"{base}/tap"]
             cmd = [*proxy_command(), "run", client, *options, "--", *RUN_ARGS[client]]
-            env = user_env(home) | RUN_ENV[client]
-            code, output = run_cli(cmd, tree, env, timeout)
+            code, output = run_cli(cmd, tree, user_env(home) | RUN_ENV[client] | (env or {}), timeout)
             recorded = httpx.get(f"{base}/_recorded", timeout=30).json()
             sent_bodies = httpx.get(f"{base}/_sent", timeout=60).json() if not own_proxy else {}
         proxy_log = log.read_text(errors="replace") if log.exists() else ""

@@ -1,9 +1,10 @@
 """Fake agent CLIs for `compacting-proxy run`: small scripts named `claude`, `codex`, `opencode`,
 `aider` and `gemini` on a temporary PATH. Each records what it was given (argv, environment, the
 contents of the files its variables and flags name), finds the proxy's root URL the way its real
-namesake would read it, checks that the proxy answers while it runs (and, with `FAKE_CHAT`, sends it a
-chat that must be compacted), then ends as `FAKE_MODE` says: `exit:N`, `signal:N` (kills itself), or
-`wait` (writes `FAKE_READY` and waits for SIGINT, then checks the proxy is still up, and exits 130).
+namesake would read it, and its key where it would send it, checks that the proxy answers while it
+runs (and, with `FAKE_CHAT`, sends it a chat with that key, which must be compacted), then ends as
+`FAKE_MODE` says: `exit:N`, `signal:N` (kills itself), or `wait` (writes `FAKE_READY` and waits for
+SIGINT, then checks the proxy is still up, and exits 130).
 """
 
 from __future__ import annotations
@@ -26,27 +27,40 @@ def after(flag):
     return args[args.index(flag) + 1] if flag in args else None
 
 
+headers = {}  # the key, where the real CLI sends it
 if name == "claude":
     root = env["ANTHROPIC_BASE_URL"]
+    if env.get("ANTHROPIC_AUTH_TOKEN"):
+        headers["authorization"] = "Bearer " + env["ANTHROPIC_AUTH_TOKEN"]
+    if env.get("ANTHROPIC_API_KEY"):
+        headers["x-api-key"] = env["ANTHROPIC_API_KEY"]
 elif name == "codex":
     overrides = [args[i + 1] for i, a in enumerate(args) if a == "-c"]
     seen["overrides"] = overrides
     table = next(o for o in overrides if o.startswith("model_providers.compacting_proxy="))
     root = re.search(r'base_url = "([^"]+)/v1"', table).group(1)
+    if found := re.search(r'env_key = "([^"]+)"', table):
+        headers["authorization"] = "Bearer " + env[found.group(1)]
 elif name == "opencode":
     config = json.loads(env["OPENCODE_CONFIG_CONTENT"])
     seen["config"] = config
-    root = config["provider"]["compacting-proxy"]["options"]["baseURL"][: -len("/v1")]
+    options = config["provider"]["compacting-proxy"]["options"]
+    root = options["baseURL"][: -len("/v1")]
+    if found := re.fullmatch(r"\{env:(\w+)\}", options.get("apiKey", "")):
+        headers["authorization"] = "Bearer " + env[found.group(1)]
 elif name == "aider":
     root = after("--openai-api-base")[: -len("/v1")]
+    headers["authorization"] = "Bearer " + env["OPENAI_API_KEY"]
     if after("--model-metadata-file"):
         seen["files"]["metadata"] = json.loads(open(after("--model-metadata-file")).read())
 else:
     root = env["GOOGLE_GEMINI_BASE_URL"]
-    path = env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"]
+    headers["x-goog-api-key"] = env["GEMINI_API_KEY"]
+    path = os.path.join(env["GEMINI_CLI_HOME"], ".gemini", "settings.json")
     seen["files"]["settings"] = json.loads(open(path).read())
     seen["settings_path"] = path
 seen["root"] = root
+seen["headers"] = headers
 
 
 def healthy():
@@ -65,7 +79,7 @@ if env.get("FAKE_CHAT"):
     messages.append({"role": "user", "content": "and now?"})
     body = json.dumps({"model": env.get("FAKE_MODEL", "stub"), "messages": messages}).encode()
     request = urllib.request.Request(
-        root + "/v1/chat/completions", data=body, headers={"content-type": "application/json"}
+        root + "/v1/chat/completions", data=body, headers={"content-type": "application/json", **headers}
     )
     with urllib.request.urlopen(request, timeout=30) as answer:
         seen["chat"] = {

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,21 @@ def next_event(lines: Iterator[str]) -> tuple[str, dict[str, Any]]:
         elif not line and data:
             return kind, json.loads(data)
     raise AssertionError("the event stream ended")
+
+
+@contextmanager
+def live_page(base_url: str, wait_ms: int) -> Iterator[Any]:
+    """Debian's Chromium showing the live page of the proxy at `base_url`, once its stream is live,
+    marked so that a reload would show (`window.__notReloaded`)."""
+    from playwright.sync_api import sync_playwright  # the browser tier's, imported by it alone
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.goto(base_url + "/ui")
+            page.wait_for_selector(".conn.live", timeout=wait_ms)
+            page.evaluate("window.__notReloaded = true")
+            yield page
+        finally:
+            browser.close()

@@ -7,6 +7,21 @@ import json
 from typing import Any
 
 SYSTEM = "You are a coding agent. Read files before editing them; run the tests after each change."
+# The one tool the loops call, as a Chat Completions tool schema.
+READ_FILE_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file, numbered like cat -n.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    }
+]
 
 
 def source(name: str, lines: int) -> str:

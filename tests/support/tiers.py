@@ -21,7 +21,7 @@ PROXY = TESTS.parent / "proxy"
 
 # The tiers' markers (pyproject.toml's), heaviest need first: a file whose tests need several goes
 # in the folder of the first it needs (`tests/redis/test_replicas.py` is also `process` and `slow`).
-TIERS = ("image", "browser", "cli", "llama", "redis", "bench", "slow", "process")
+TIERS = ("image", "browser", "cli", "litellm", "llama", "redis", "bench", "slow", "process")
 # The folders beside the mirrored ones that hold no test file of their own layout.
 NOT_TESTS = ("support", "node", "clis", "templates")
 PROJECT = "project"

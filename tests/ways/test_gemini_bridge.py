@@ -122,6 +122,48 @@ async def test_the_request_goes_as_a_chat_with_calls_and_results_linked() -> Non
     assert sent["tools"][0]["function"]["parameters"]["type"] == "object"
 
 
+def loop_check(rounds: int) -> dict[str, Any]:
+    """Gemini CLI 0.61's loop check: its recent history, the last model turn's calls not answered
+    yet (its turn is about to run them), then the question, asking for JSON."""
+    body = history(rounds)
+    calls = [p["functionCall"] for p in body["contents"][-2]["parts"] if "functionCall" in p]
+    body["contents"] = body["contents"][:-1]  # the results of the last turn are not in yet
+    body["contents"].append({"role": "user", "parts": [{"text": "Is this a loop? Answer in JSON."}]})
+    body["generationConfig"] = {"responseMimeType": "application/json"}
+    assert len(calls) == 2
+    return body
+
+
+async def test_a_call_no_response_answers_goes_with_a_tool_message_saying_so() -> None:
+    """Google's API takes a `functionCall` nothing answers; a chat server refuses an assistant
+    `tool_calls` no `tool` message answers (OpenAI's 400): each gets one saying no result came."""
+    upstream = RecordingUpstream(respond=lambda r: httpx.Response(200, json=CHAT_ANSWER))
+    async with proxy_client(upstream, window=100000) as client:
+        response = await client.post(
+            WHOLE.replace("gemini-2.5-pro", "gemini-3-flash-preview"), json=loop_check(3)
+        )
+    assert response.status_code == 200, response.text
+    messages = upstream.last_json()["messages"]
+    last_calls = next(i for i in range(len(messages) - 1, -1, -1) if messages[i].get("tool_calls"))
+    ids = [c["id"] for c in messages[last_calls]["tool_calls"]]
+    answers = messages[last_calls + 1 : last_calls + 3]
+    assert [(m["role"], m["tool_call_id"]) for m in answers] == [("tool", i) for i in ids]
+    assert all("no result" in m["content"] for m in answers)
+    assert messages[last_calls + 3]["role"] == "user", "the question after them"
+    answered = [m for m in messages if m["role"] == "tool" and "no result" not in m["content"]]
+    assert len(answered) == 4, "the answered calls keep their own results"
+
+
+async def test_with_a_model_set_every_bridged_call_asks_for_it() -> None:
+    """`COMPACT_GEMINI_MODEL`: the CLI's side calls name Google's models whatever `-m` says."""
+    upstream = RecordingUpstream(respond=lambda r: httpx.Response(200, json=CHAT_ANSWER))
+    async with proxy_client(upstream, window=100000, gemini_model="qwen3-coder") as client:
+        for path in (WHOLE, WHOLE.replace("gemini-2.5-pro", "gemini-3-flash-preview")):
+            response = await client.post(path, json=history(1))
+            assert response.status_code == 200, response.text
+            assert upstream.last_json()["model"] == "qwen3-coder"
+
+
 async def test_a_whole_chat_answer_comes_back_as_the_gemini_apis() -> None:
     upstream = RecordingUpstream(respond=lambda r: httpx.Response(200, json=CHAT_ANSWER))
     async with proxy_client(upstream, window=100000) as client:

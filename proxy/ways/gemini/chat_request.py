@@ -7,6 +7,12 @@ results): the compacted messages go as they are, with the function declarations 
 `stopSequences` → `stop`, a JSON `responseMimeType` → `response_format`), the path's model as the
 chat's `model`, and a streamed method as `stream` with the usage asked for. What a chat server has
 no equivalent of (`thinkingConfig`, safety settings, cached content) is left out.
+
+A `functionCall` no `functionResponse` answers (Gemini CLI's loop check ends its history with one:
+the call its turn is about to run) is a call Google's API takes as it is, the model seeing it made
+and nothing back; a chat server refuses an assistant's `tool_calls` no `tool` message answers
+(OpenAI: 400 "An assistant message with 'tool_calls' must be followed by tool messages ..."), so the
+bridge answers it with one that says no result came back.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ SAMPLING = {
     "stopSequences": "stop",
 }
 TOOL_CHOICE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto"}
+NO_RESULT = "(no result: this call was not answered)"
 
 
 def chat_request(body: Body, conversation: Conversation, plan: ChatPlan, *, stream: bool) -> Body:
@@ -38,7 +45,7 @@ def chat_body(
     body: Body, neutral: Body, messages: list[dict[str, Any]], max_tokens: int | None, *, stream: bool
 ) -> Body:
     """The chat request for the Gemini request `body` read as `neutral`, with these messages."""
-    chat: Body = {"model": neutral["model"], "messages": [_message(m) for m in messages]}
+    chat: Body = {"model": neutral["model"], "messages": answered([_message(m) for m in messages])}
     tools = [
         _tool(t) for t in neutral.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"
     ]
@@ -59,6 +66,25 @@ def chat_body(
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
     return chat
+
+
+def answered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with a `tool` message saying no result came for each call of an assistant message
+    that the `tool` messages right after it leave unanswered (one pass)."""
+    out: list[dict[str, Any]] = []
+    pending: dict[str, None] = {}  # the last assistant message's calls not answered yet, in order
+    for message in messages:
+        if message.get("role") == "tool":
+            pending.pop(str(message.get("tool_call_id")), None)
+        else:
+            out += [{"role": "tool", "tool_call_id": i, "content": NO_RESULT} for i in pending]
+            calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+            pending = {
+                c["id"]: None for c in calls or () if isinstance(c, dict) and isinstance(c.get("id"), str)
+            }
+        out.append(message)
+    out += [{"role": "tool", "tool_call_id": i, "content": NO_RESULT} for i in pending]
+    return out
 
 
 def _message(message: dict[str, Any]) -> dict[str, Any]:

@@ -26,21 +26,25 @@ class OllamaWindows(Protocol):
 @dataclass(frozen=True, slots=True)
 class GeminiOnChat:
     """A `proxy.ways.choice.Bridge`: Gemini API requests to a Chat Completions server (`native`: the
-    upstream speaks the Gemini API, and takes them as they are)."""
+    upstream speaks the Gemini API, and takes them as they are), for `model` when one is set
+    (`COMPACT_GEMINI_MODEL`: the request is planned and sent for it, whatever its path names)."""
 
     ollama: OllamaWindows
     native: bool
+    model: str | None = None
     formats: ClassVar[tuple[WireFormat, ...]] = (GEMINI, GEMINI_STREAM)
 
     @classmethod
     def from_settings(cls, settings: Settings, ollama: OllamaWindows) -> GeminiOnChat:
-        return cls(ollama, gemini_native(settings))
+        return cls(ollama, gemini_native(settings), settings.gemini_model)
 
     async def way(
         self, wire: WireFormat, body: Body, conversation: Conversation, credentials: RawHeaders
     ) -> Way | None:
         if self.native:
             return None
+        if self.model:
+            conversation.request["model"] = self.model
         streamed = wire.streamed(body)
         gemini = GeminiChatBridge(streamed=streamed)
         model = str(conversation.request.get("model") or "")

@@ -36,13 +36,15 @@ The streams follow, event for event:
 - Chat Completions SSE (OpenAI's ``chat.completion.chunk``, as ``@ai-sdk/openai-compatible``, bundled
   in opencode 1.18, parses it): a role chunk, ``delta.tool_calls`` with ``index``/``id``/``function.name`` then
   ``arguments`` fragments, ``finish_reason`` ``tool_calls`` or ``stop``, a usage chunk when
-  ``stream_options.include_usage``, ``[DONE]``.
+  ``stream_options.include_usage``, ``[DONE]``. A chat asking for JSON (``response_format``) is a
+  side question (Gemini CLI's loop check, through the Gemini bridge) and gets a JSON text answer.
 
 ``/tap/...`` is a recording relay for the proxied runs: the client is pointed at it, it records what
 the client sent and forwards it byte for byte to ``--tap-to`` (the real proxy, whose upstream is this
 server's ``/v1``), with an ``x-agent-tap`` header that pairs it with what the server then receives.
 ``GET /_recorded`` lists every request: route, tokens, over the window, orphaned tool results, the
-step, and for tapped ones what the client sent and when.
+step, and for tapped ones what the client sent and when; and what a strict front
+(``tests.support.upstreams.strict``) refused.
 """
 
 from __future__ import annotations
@@ -183,6 +185,16 @@ def tool_call(a: Action, tools: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     raise LookupError(f"no tool to run {a.kind} among {sorted(names)}")
 
 
+# The answer to a side question asked for JSON (Gemini CLI's loop check and next-speaker check,
+# through the Gemini bridge): the fields each one's schema asks for, saying "no loop, the user speaks".
+JSON_ANSWER = {
+    "unproductive_state_analysis": "Each step reads new files: progress.",
+    "unproductive_state_confidence": 0.0,
+    "reasoning": "The model answered.",
+    "next_speaker": "user",
+}
+
+
 @dataclass(frozen=True)
 class Turn:
     """What the model answers: text, and tool calls (name, arguments, id), and which step this is."""
@@ -229,6 +241,13 @@ class Recorder:
         self.tap_ids = itertools.count(1)
         self.ids = itertools.count(1)
         self.last_items: list[tuple[str, int]] = []  # the previous request's items: digest, size
+        self.refused: list[dict[str, Any]] = []  # what a strict front refused before the script saw it
+
+    def note_refused(self, request: Request, raw: bytes) -> None:
+        body = orjson.loads(raw)
+        self.refused.append(
+            {"path": request.url.path, "model": body.get("model"), "tools": len(body.get("tools") or [])}
+        )
 
     def prefix(self, fmt: str, body: dict[str, Any], main: bool) -> tuple[int, int]:
         """Bytes of this request's conversation, and of them the unchanged prefix it shares with the
@@ -391,46 +410,43 @@ async def messages(request: Request) -> Response:
     if body.get("stream") is not True:
         return json_response(message)
 
-    def events() -> Iterator[tuple[str | None, Any]]:
-        start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
-        yield "message_start", {"type": "message_start", "message": start}
-        yield "ping", {"type": "ping"}
-        for i, block in enumerate(content):
-            if block["type"] == "thinking":
-                empty: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
-                deltas = [
-                    {"type": "thinking_delta", "thinking": block["thinking"]},
-                    {"type": "signature_delta", "signature": block["signature"]},
-                ]
-            elif block["type"] == "text":
-                empty = {"type": "text", "text": ""}
-                words = block["text"].split(" ")
-                deltas = [
-                    {"type": "text_delta", "text": w + (" " if j < len(words) - 1 else "")}
-                    for j, w in enumerate(words)
-                ]
-            else:
-                empty = {**block, "input": {}}
-                js = orjson.dumps(block["input"]).decode()
-                deltas = [
-                    {"type": "input_json_delta", "partial_json": js[j : j + 40]}
-                    for j in range(0, len(js), 40)
-                ]
-            yield "content_block_start", {"type": "content_block_start", "index": i, "content_block": empty}
-            for delta in deltas:
-                yield "content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}
-            yield "content_block_stop", {"type": "content_block_stop", "index": i}
-        yield (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": stop, "stop_sequence": None},
-                "usage": {**usage, "output_tokens": out_tokens},
-            },
-        )
-        yield "message_stop", {"type": "message_stop"}
+    return sse(anthropic_events(message))
 
-    return sse(events())
+
+def anthropic_events(message: dict[str, Any]) -> Iterator[tuple[str | None, Any]]:
+    """Anthropic's stream of a whole `message`: each block opened, filled by its deltas (text word
+    by word, a call's input in pieces), closed; the stop reason and usage in `message_delta`."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    yield "message_start", {"type": "message_start", "message": start}
+    yield "ping", {"type": "ping"}
+    for i, block in enumerate(message["content"]):
+        if block["type"] == "thinking":
+            empty: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
+        elif block["type"] == "text":
+            empty = {"type": "text", "text": ""}
+            words = block["text"].split(" ")
+            deltas = [
+                {"type": "text_delta", "text": w + (" " if j < len(words) - 1 else "")}
+                for j, w in enumerate(words)
+            ]
+        else:
+            empty = {**block, "input": {}}
+            js = orjson.dumps(block["input"]).decode()
+            deltas = [
+                {"type": "input_json_delta", "partial_json": js[j : j + 40]} for j in range(0, len(js), 40)
+            ]
+        yield "content_block_start", {"type": "content_block_start", "index": i, "content_block": empty}
+        for delta in deltas:
+            yield "content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}
+        yield "content_block_stop", {"type": "content_block_stop", "index": i}
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    yield "message_delta", {"type": "message_delta", "delta": delta, "usage": usage}
+    yield "message_stop", {"type": "message_stop"}
 
 
 async def count_tokens(request: Request) -> Response:
@@ -616,6 +632,8 @@ async def chat(request: Request) -> Response:
     users = [m for m in msgs if m.get("role") == "user"]
     last_user = "" if tail or not users else text_of(users[-1].get("content"))
     turn = plan(rec.script, tools, tail, orjson.dumps(msgs).decode(), last_user)
+    if (body.get("response_format") or {}).get("type") in ("json_object", "json_schema"):
+        turn = Turn(orjson.dumps(JSON_ANSWER).decode(), [], 0, "json")  # a side question's answer
     orphans = chat_orphans(msgs)
     rec.note(
         request,
@@ -627,6 +645,7 @@ async def chat(request: Request) -> Response:
         kind=turn.kind,
         system=system_digest("chat", body),
         max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
+        model=body.get("model"),
     )
     if tokens > rec.window:
         return openai_overflow(rec.window, tokens, "messages")
@@ -744,7 +763,9 @@ async def recorded(request: Request) -> Response:
         rec.sent.clear()
         return json_response([])
     sent = {k: {kk: vv for kk, vv in v.items() if kk != "body"} for k, v in rec.sent.items()}
-    return json_response({"received": rec.received, "sent": sent, "window": rec.window})
+    return json_response(
+        {"received": rec.received, "sent": sent, "window": rec.window, "refused": rec.refused}
+    )
 
 
 async def sent_bodies(request: Request) -> Response:

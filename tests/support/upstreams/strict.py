@@ -10,6 +10,13 @@ are anthropic-sdk-python 2.17's non-beta ``MessageCreateParams`` (which has no `
 plus the sampling ones; for ``/v1/responses``, openai-python 3.60's ``ResponseCreateParams`` without
 ``context_management`` (a server that predates it), answered in OpenAI's error shape.
 
+For ``/v1/chat/completions`` it checks what OpenAI's API checks of tool calls before anything else: an
+assistant message's ``tool_calls`` must each be answered by a ``tool`` message right after it, else 400
+"An assistant message with 'tool_calls' must be followed by tool messages responding to each
+'tool_call_id'. The following tool_call_ids did not have response messages: ..." (``param``
+``messages.[N].role``), as the API answers today (and vLLM's and llama.cpp's stricter chat templates
+refuse the same history).
+
 Run it as a process: ``python -m tests.support.upstreams.strict --port N --window W``; with ``--agent
 --steps S --tree DIR [--tap-to URL]``, the scripted agent model server
 (``tests.support.upstreams.agent_model``) made strict the same way, for the real CLIs.
@@ -56,8 +63,46 @@ MODELS = {
 }
 
 
+def unanswered_calls(messages: Any) -> tuple[int, list[str]] | None:
+    """The first assistant message whose tool calls are not all answered right after it: its index
+    and the ids left without a `tool` message."""
+    if not isinstance(messages, list):
+        return None
+    for index, message in enumerate(messages):
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if message.get("role") != "assistant" or not calls:
+            continue
+        answered = set()
+        for after in messages[index + 1 :]:
+            if not isinstance(after, dict) or after.get("role") != "tool":
+                break
+            answered.add(after.get("tool_call_id"))
+        missing = [str(c.get("id")) for c in calls if isinstance(c, dict) and c.get("id") not in answered]
+        if missing:
+            return index, missing
+    return None
+
+
+def openai_error(message: str, param: str | None) -> Response:
+    body = {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+    return json_response({"error": body}, 400)
+
+
 class Strict(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if request.url.path == "/v1/chat/completions" and request.method == "POST":
+            raw = await request.body()
+            if found := unanswered_calls(orjson.loads(raw).get("messages")):
+                if record := getattr(request.app.state.recorder, "note_refused", None):
+                    record(request, raw)
+                index, missing = found
+                return openai_error(
+                    "An assistant message with 'tool_calls' must be followed by tool messages responding "
+                    f"to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+                    f"{', '.join(missing)}",
+                    f"messages.[{index}].role",
+                )
+            return await call_next(request)
         model = MODELS.get(request.url.path)
         if model is None or request.method != "POST":
             return await call_next(request)
@@ -73,8 +118,7 @@ class Strict(BaseHTTPMiddleware):
                 return json_response(
                     {"type": "error", "error": {"type": "invalid_request_error", "message": message}}, 400
                 )
-            error_body = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-            return json_response({"error": error_body}, 400)
+            return openai_error(message, None)
         return await call_next(request)
 
 

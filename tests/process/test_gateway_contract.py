@@ -1,0 +1,78 @@
+"""The gateway contract over real sockets, against the real `compacting-proxy` process, from the
+callers' own side: Headroom's own client (npm `headroom-ai` 0.37, `tests/node/headroom_client.mjs`:
+`compress`, `retrieve`, its auth error), and Kong's AI Prompt Compressor (`provider: headroom`,
+`compressor_url` at `/v1/compress`), which cannot run here, by the request its documentation shows
+it sends (Kong Operator's "Compress agent traffic with Headroom", Kong AI Gateway 2.2: the chat's
+messages and model as JSON, the proxy token as a bearer token)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.conversations import agent_chat
+from tests.support.upstreams.proxy_server import ProxyServer, running_proxy
+
+pytestmark = pytest.mark.process
+
+NODE_DIR = Path(__file__).parents[1] / "node"
+TOKEN = "kong-proxy-token"
+NOWHERE = "http://127.0.0.1:9/v1"  # the contract never calls the upstream
+
+
+@pytest.fixture(scope="module")
+def proxy() -> Iterator[ProxyServer]:
+    with running_proxy(
+        NOWHERE, 4096, retrieve="true", api_keys=f"{TOKEN},node-key", upstream_kind="openai"
+    ) as p:
+        yield p
+
+
+def history() -> list[dict[str, Any]]:
+    return [*agent_chat(12, seed=4, result_items=40), {"role": "user", "content": "Which orders are open?"}]
+
+
+def test_headroom_s_own_client_compresses_and_retrieves(proxy: ProxyServer, tmp_path: Path) -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: Headroom's Node client cannot be run")
+    if not (NODE_DIR / "node_modules" / "headroom-ai").is_dir():
+        pytest.fail(f"the Node clients are not installed: npm ci --prefix {NODE_DIR}", pytrace=False)
+    chat = history()
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps({"model": "m", "messages": chat, "tokenBudget": 4096}))
+    run = subprocess.run(
+        [node, str(NODE_DIR / "headroom_client.mjs"), proxy.base_url, "node-key", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=NODE_DIR,
+    )
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    result = out["result"]
+    assert result["compressed"] is True and len(result["messages"]) == len(chat)
+    assert result["tokensAfter"] < result["tokensBefore"] and result["ccrHashes"]
+    assert out["retrieved"]["hash"] == result["ccrHashes"][0] and out["retrieved"]["originalContent"]
+    assert out["wrongKey"] == "HeadroomAuthError"
+
+
+def test_the_request_kong_sends_is_answered_in_the_contract(proxy: ProxyServer) -> None:
+    chat = history()
+    headers = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+    response = httpx.post(
+        f"{proxy.base_url}/v1/compress", json={"model": "m", "messages": chat}, headers=headers
+    )
+    assert response.status_code == 200
+    out = response.json()
+    assert set(out) >= {"messages", "tokens_before", "tokens_after", "tokens_saved", "compression_ratio"}
+    assert len(out["messages"]) == len(chat) and out["fits"] is True and out["tokens_after"] <= out["limit"]
+    refused = httpx.post(f"{proxy.base_url}/v1/compress", json={"model": "m", "messages": chat})
+    assert refused.status_code == 401  # Kong's stop_on_error then decides; nothing was changed
