@@ -11,31 +11,19 @@ checkout's `proxy` package runs too, the two taking turns round by round.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from tests.support.hostile import Hostile, ScriptedHandler, Seen, hostile_upstream
+from tests.support.hostile import Hostile, ScriptedHandler, Seen, function_calls, hostile_upstream
 from tests.support.processes import free_port, running
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def function_calls(calls: int) -> bytes:
-    """A Responses body of `calls` function calls, each answered, then a question."""
-    items: list[dict[str, Any]] = []
-    for i in range(calls):
-        items.append({"type": "function_call", "call_id": f"call_{i}", "name": "f", "arguments": "{}"})
-        items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": "ok"})
-    items.append({"role": "user", "content": "and now?"})
-    return json.dumps({"model": "m", "input": items}).encode()
 
 
 def answer_responses(hostile: Hostile) -> None:

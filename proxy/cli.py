@@ -4,6 +4,9 @@ agent CLI through a proxy of its own (`run`)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
+import logging.config
 import os
 import signal
 import sys
@@ -118,23 +121,24 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from proxy.connections.protocol import ClientLimits, protocol_with
     from proxy.server.logs import log_config
 
     settings = load_settings(args.env_file)  # fail fast, in the parent, with a readable message
     if args.env_file:
         os.environ["COMPACT_ENV_FILE"] = args.env_file
+    logging_config = log_config(args.log_level, settings.log_format)
+    logging.config.dictConfig(logging_config)  # uvicorn applies it again, in each worker too
     options: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
         "workers": args.workers,
         "log_level": args.log_level,
-        "log_config": log_config(args.log_level, settings.log_format),
+        "log_config": logging_config,
         "access_log": not args.no_access_log,
         "timeout_graceful_shutdown": args.timeout_graceful_shutdown,
         "factory": True,
         # The protocol gets its limits as an argument, which goes with uvicorn's config to each worker.
-        "http": protocol_with(ClientLimits.of(settings)),
+        "http": client_protocol(settings),
         "timeout_keep_alive": settings.keep_alive_timeout,
         # Forwarded answers carry the upstream's own Date and Server; the app adds a Date only to a
         # response that has none (its own answers, or an upstream's without one).
@@ -147,6 +151,20 @@ def main(argv: list[str] | None = None) -> None:
     # found installed: make that one a clean exit, status 0, as containers expect.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run("proxy.server.app:app_from_env", **options)
+
+
+def client_protocol(settings: Settings) -> Any:
+    """uvicorn's protocol with the client limits, the connection cap fitted to the descriptors the
+    process may open (each worker's own: workers inherit the limit)."""
+    from proxy.connections.descriptors import fit_cap
+    from proxy.connections.protocol import PROBE_RESERVE, ClientLimits, protocol_with
+
+    limits = ClientLimits.of(settings)
+    fitted = fit_cap(limits.max_client_connections, settings.max_connections, PROBE_RESERVE)
+    if fitted.warning:
+        logging.getLogger("proxy").warning(fitted.warning)
+        limits = dataclasses.replace(limits, max_client_connections=fitted.cap)
+    return protocol_with(limits)
 
 
 def run_agent(args: argparse.Namespace, cli_args: list[str]) -> int:

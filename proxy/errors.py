@@ -33,7 +33,9 @@ class ErrorShape(Protocol):
 
 
 class ProxyError(Exception):
-    """An error the proxy answers itself, with an HTTP status and a client-shaped body."""
+    """An error the proxy answers itself, with an HTTP status and a client-shaped body; `closes`:
+    the answer ends the connection (`connection: close`), as one given before the request's body
+    was read to its end must: what follows on the connection is not known to be a request."""
 
     def __init__(
         self,
@@ -43,6 +45,7 @@ class ProxyError(Exception):
         type: str = "invalid_request_error",
         code: str | None = None,
         param: str | None = None,
+        closes: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -50,8 +53,11 @@ class ProxyError(Exception):
         self.type = type
         self.code = code
         self.param = param
+        self.closes = closes
 
     def to_response(self, headers: dict[str, str] | None = None, shape: ErrorShape | None = None) -> Response:
+        if self.closes:
+            headers = {**(headers or {}), "connection": "close"}
         return error_response(
             self.status,
             self.message,

@@ -25,14 +25,14 @@ import gc
 import json
 import multiprocessing
 import os
-import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import forkserver
 from typing import Any
 
 import orjson
 
+from proxy.bodies import body_files
 from proxy.bodies.jsonbody import (
     MAX_JSON_DEPTH,
     _exact_float,
@@ -52,7 +52,6 @@ QUOTE_WEIGHT = 25  # a string costs orjson about 25 bytes' worth of parsing (50 
 MAX_SPLIT_DEPTH = 16  # deeper large containers are sent whole (each level is dumped once more)
 WORKERS = 2
 COUNT_SLICE = 1024 * 1024
-SHARED_MEMORY = "/dev/shm"
 _KEPT: list[Any] = []  # in a child: the body it parsed, never freed (it exits after one body)
 
 # A piece: JSON bytes of a whole value, or a large container as its parts in order. A list's part
@@ -176,7 +175,7 @@ def _loads(leaf: bytes | tuple[int, int], exact: bool, data: bytes) -> Any:
     )
 
 
-# --- the files between the two: a body of 15 MB pickled (or unpickled) is one C call of 20 ms
+# --- the files between the two (`body_files.py`): a body of 15 MB pickled is one C call of 20 ms
 
 
 def in_child(path: str) -> tuple[Any, ...]:
@@ -184,20 +183,23 @@ def in_child(path: str) -> tuple[Any, ...]:
     it, so the collector is off and the parsed body is kept (a million objects cost 0.3 s to
     collect and as much to free, before the answer went back)."""
     gc.disable()
+    body_files.serving(path)
     return split_file(path, _KEPT)
 
 
 def split_file(path: str, keep: list[Any] | None = None) -> tuple[Any, ...]:
-    """`split` of the body in the file at `path`, its pieces' bytes written to `path` + ".out"
-    and each piece's place in it returned in their stead."""
-    with open(path, "rb") as file:
-        done = split(file.read(), keep)
+    """`split` of the body in the file at `path` (removed once read), its pieces' bytes written
+    beside it (`body_files.write_out`) and each piece's place in them returned in their stead."""
+    raw = body_files.read(path)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    done = split(raw, keep)
+    del raw
     if done[0] != "ok":
         return done
     out = bytearray()
     located = _located(done[2], out)
-    with open(path + ".out", "wb") as file:
-        file.write(out)
+    body_files.write_out(path, out)
     return ("ok", done[1], located)
 
 
@@ -216,27 +218,6 @@ def _located(piece: Piece, out: bytearray) -> Any:
     return (kind, located)
 
 
-def _write(raw: bytes) -> str:
-    """`raw` in a new file of the temporary directory (memory, where /dev/shm is): written by
-    the kernel with the GIL released."""
-    where = SHARED_MEMORY if os.access(SHARED_MEMORY, os.W_OK) else None
-    handle, path = tempfile.mkstemp(prefix="compacting-proxy-", suffix=".json", dir=where)
-    with os.fdopen(handle, "wb") as file:
-        file.write(raw)
-    return path
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as file:
-        return file.read()
-
-
-def _remove(path: str) -> None:
-    for name in (path, path + ".out"):
-        with contextlib.suppress(OSError):
-            os.unlink(name)
-
-
 class SplitParser:
     """The child processes of one proxy process, started at the first huge body."""
 
@@ -251,11 +232,18 @@ class SplitParser:
         GIL for 50-70 ms here (its page tables copied), and a fork of a process running threads
         and an event loop is unsafe; a fork of the small server is cheap, so each child serves one
         body and its memory is given back."""
+        body_files.sweep()
         forkserver.ensure_running()
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(WORKERS, mp_context=self._context, max_tasks_per_child=1)
+            self._pool = ProcessPoolExecutor(
+                WORKERS,
+                mp_context=self._context,
+                max_tasks_per_child=1,
+                initializer=body_files.tether,
+                initargs=(os.getpid(),),
+            )
         return self._pool
 
     def close(self) -> None:
@@ -267,23 +255,36 @@ class SplitParser:
         """`parse_json_object(raw)`, the event loop kept responsive however large the body."""
         if len(raw) < SPLIT_MIN_BYTES or await offloader.run(weight, raw) < SPLIT_FROM:
             return await offloader.run(parse_json_object, raw)
-        path = ""
+        path, child = "", None
         try:
-            path = await offloader.run(_write, raw)
-            done = await asyncio.get_running_loop().run_in_executor(self._executor(), in_child, path)
+            path = await offloader.run(body_files.write, raw)
+            # Submitted from a worker thread: a submit may start a child, a round trip to the fork
+            # server that held the loop for 100-400 ms.
+            child = await offloader.run(self._executor().submit, in_child, path)
+            done = await asyncio.wrap_future(child)
             if done[0] == "error":
                 _, status, message, code = done
                 raise ProxyError(status, message, code=code)
-            data = await offloader.run(_read, path + ".out")
-        except (BrokenProcessPool, OSError, RuntimeError):
-            self._pool = None  # started again for the next body
+            data = await offloader.run(body_files.read, path + body_files.OUT)
+        except (BrokenProcessPool, RuntimeError):
+            self.close()  # started again for the next body
+            return await offloader.run(parse_json_object, raw)
+        except OSError:  # no room for the files (a full /dev/shm): parsed whole, as a smaller body
             return await offloader.run(parse_json_object, raw)
         finally:
-            if path:
-                _remove(path)
+            _remove_when_done(path, child)
         _, exact, piece = done
         body: dict[str, Any] = await offloader.run(assemble, piece, exact, data)
         return body
+
+
+def _remove_when_done(path: str, child: Future[Any] | None) -> None:
+    """The body's files removed now, or once the child is done with them (the request was given
+    up while it worked: it would write its pieces after they were removed)."""
+    if child is not None and not child.done():
+        child.add_done_callback(lambda _: body_files.remove(path))
+    elif path:
+        body_files.remove(path)
 
 
 SPLIT_PARSER = SplitParser()  # one pool per process

@@ -142,9 +142,9 @@ class LimitedHttpToolsProtocol(Deadlines):
         super().connection_lost(exc)
 
     def evict(self) -> None:
-        """Closed to make room in the probe reserve for a newer connection."""
+        """Closed to make room in the probe reserve for a newer connection: a 503 as past the reserve."""
         self._disarm()
-        self.transport.abort()
+        self.send_error(503, OVERLOADED, "overloaded")
 
     # --- the parser's callbacks -------------------------------------------------------------------
 

@@ -1,23 +1,15 @@
-"""Where summaries are kept so the next turns (and the other replicas) reuse them instead of paying again.
-
-An in-process LRU always; in front of Redis when `COMPACT_CACHE_URL=redis://…` is set, so replicas
-behind a load balancer share summaries. The first replica to store a summary wins (`SET NX`) and
-everyone uses that one, so every replica sends the same bytes and the upstream's prompt cache holds.
-Redis failing is a cache miss with a warning, never a failed request.
+"""Bounded in-process tables: the LRU under the memos and the summary cache (`proxy.sharing.summaries`
+puts Redis behind it), and the tables keyed by model names.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import sys
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-log = logging.getLogger("proxy.cache")
-
-KEY_PREFIX = "compacting-proxy:summary:"
 # Tables keyed by what clients send (model names): this many entries at most, and a name longer
 # than `MAX_KEY_CHARS` kept as its digest, so 10,000 distinct 1 MB names cost no more than 1,024 short.
 MODEL_TABLE_SIZE = 1024
@@ -117,54 +109,3 @@ class ModelTable(Generic[V]):
 
     def items(self) -> Iterator[tuple[Hashable, V]]:
         return iter(list(self._items.items()))
-
-
-class SummaryCache:
-    """Two levels: the local LRU, then Redis if configured."""
-
-    def __init__(
-        self,
-        *,
-        size: int = 1024,
-        redis_url: str | None = None,
-        ttl: int = 7 * 24 * 3600,
-        max_bytes: int | None = None,
-    ) -> None:
-        self.local = LruCache(size, max_bytes)
-        self.ttl = ttl
-        self.redis: Any = None
-        if redis_url:
-            import redis.asyncio
-
-            self.redis = redis.asyncio.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
-
-    async def get_many(self, keys: list[str]) -> dict[str, str]:
-        found = {k: v for k in keys if (v := self.local.get(k)) is not None}
-        missing = [k for k in keys if k not in found]
-        if missing and self.redis is not None:
-            try:
-                values = await self.redis.mget([KEY_PREFIX + k for k in missing])
-            except Exception as exc:  # a cache outage is a miss
-                log.warning("summary cache (redis) unavailable: %s", exc)
-                return found
-            for key, value in zip(missing, values, strict=True):
-                if value is not None:
-                    found[key] = value.decode()
-                    self.local.put(key, found[key])
-        return found
-
-    async def put(self, key: str, value: str) -> str:
-        """Store `value` unless another replica stored one first; return the one to use."""
-        if self.redis is not None:
-            try:
-                if not await self.redis.set(KEY_PREFIX + key, value.encode(), nx=True, ex=self.ttl):
-                    stored = await self.redis.get(KEY_PREFIX + key)
-                    value = stored.decode() if stored is not None else value
-            except Exception as exc:
-                log.warning("summary cache (redis) unavailable: %s", exc)
-        self.local.put(key, value)
-        return value
-
-    async def close(self) -> None:
-        if self.redis is not None:
-            await self.redis.aclose()

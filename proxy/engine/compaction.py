@@ -75,6 +75,9 @@ class CompactionResult:
     over_window: bool = False
     oversized: tuple[int, int] | None = None
     markers: tuple[Marker, ...] = ()  # one per run of dropped messages, in order
+    # The last `keep_recent_tool_results` results noted all the same: the protected part alone did
+    # not fit the line, even with its results capped (`x-compaction-recent-noted`).
+    recent_noted: tuple[int, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -193,7 +196,16 @@ def _result(replay: Replay, count: CountMessage, before: int) -> CompactionResul
         capped=tuple(sorted(i for i in cuts.caps if not dropped[i] and i not in cuts.notes)),
         protected_from=protected_from,
         markers=markers,
+        recent_noted=_recent_noted(replay, protected_from),
     )
+
+
+def _recent_noted(replay: Replay, protected_from: int) -> tuple[int, ...]:
+    """The last kept tool results of the protected part that were noted all the same."""
+    keep = replay.keep_recent_tool_results
+    recent = replay.index.tools[-keep:] if keep else ()
+    notes = replay.cuts.notes
+    return tuple(i for i in recent if i >= protected_from and i in notes and not replay.dropped[i])
 
 
 def _oversized(index: ConversationIndex, count: CountMessage) -> tuple[int, int] | None:

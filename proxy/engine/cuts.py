@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from proxy.counting.tokens import text_of
+from proxy.engine.agent_words import AgentWords
 from proxy.engine.caps import cap_text
 from proxy.engine.index import ConversationIndex, CountMessage, Message, NoteMemo
 from proxy.engine.notes import build_note, is_note, note_without_facts
@@ -32,14 +33,16 @@ class Cuts:
     notes: dict[int, str] = field(default_factory=dict)
     caps: dict[int, str] = field(default_factory=dict)
     uncapped: dict[int, int] = field(default_factory=dict)  # a capped result's cost before its cap
-    # Tool results planned as notes: their text, tool, arguments and cost before the plan.
-    planned: dict[int, tuple[str, str | None, str | None, int]] = field(default_factory=dict)
+    # Tool results planned as notes: their text, tool, arguments, cost before the plan, and the end
+    # of the request they were planned for (the agent's words before it choose the note's facts).
+    planned: dict[int, tuple[str, str | None, str | None, int, int]] = field(default_factory=dict)
+    words: AgentWords | None = None
 
-    def plan_note(self, i: int, cost: int) -> int:
-        """Plan a note for tool result `i`, which costs `cost` now; its cost after (`cost` if no note
-        is planned). Building a note means finding the facts in the result, the costly part, so the
-        plan costs the note with its facts' budget; only the notes that survive the replay are
-        written (`write_notes`), since most old results are dropped later."""
+    def plan_note(self, i: int, cost: int, end: int) -> int:
+        """Plan a note for tool result `i`, which costs `cost` now, in the request `[:end]`; its cost
+        after (`cost` if no note is planned). Building a note means finding the facts in the result,
+        the costly part, so the plan costs the note with its facts' budget; only the notes that
+        survive the replay are written (`write_notes`), since most old results are dropped later."""
         index = self.index
         message = index.messages[i]
         content = message.get("content")
@@ -61,7 +64,7 @@ class Cuts:
                 memo.put(key, head)
         planned = self.count({**message, "content": head}) + index.facts_cost + ADDITIVITY_SLACK
         if planned < cost:
-            self.planned[i] = (text, tool, arguments, cost)
+            self.planned[i] = (text, tool, arguments, cost, end)
             return planned
         return cost
 
@@ -69,10 +72,10 @@ class Cuts:
         """Write the planned notes of the results still kept, updating `costs`; the change in total."""
         delta = 0
         messages = self.index.messages
-        for i, (text, tool, arguments, original) in self.planned.items():
+        for i, (text, tool, arguments, original, end) in self.planned.items():
             if dropped[i]:
                 continue
-            note = self._note(text, tool, arguments)
+            note = self._note(i, end, text, tool, arguments)
             cost = self.count({**messages[i], "content": note})
             if cost >= original:  # the facts made it no shorter after all: keep the result
                 cost = original
@@ -83,9 +86,19 @@ class Cuts:
         self.planned.clear()
         return delta
 
-    def _note(self, text: str, tool: str | None, arguments: str | None) -> str:
+    def _note(self, i: int, end: int, text: str, tool: str | None, arguments: str | None) -> str:
+        words = self.words = self.words or AgentWords(self.index)
+        span = words.span(i, end)
         # By hash, not by text: the memo stays small whatever the results' size.
-        key = (hash(text), len(text), tool, arguments, self.preview_chars, self.index.facts_cost)
+        key = (
+            hash(text),
+            len(text),
+            tool,
+            arguments,
+            self.preview_chars,
+            self.index.facts_cost,
+            words.digest(span),
+        )
         memo = self.memo
         note = memo.get(key) if memo is not None else None
         if note is None:
@@ -95,6 +108,7 @@ class Cuts:
                 arguments=arguments,
                 preview_chars=self.preview_chars,
                 fits=self._facts_fit,
+                used=words.facts(span),
             )
             if memo is not None:
                 memo.put(key, note)

@@ -1,15 +1,16 @@
 """The facts a note keeps of a tool result: the identifiers a later turn most likely needs.
 
 A plain preview loses every fact past its first 150 characters, so a note keeps, within a small
-budget, the identifiers of the result ranked by what an agent's next step uses: error lines and
-exception names, paths and test ids, dotted module paths and ids such as order and part numbers,
-code names, then hashes and numbers; escape codes and line numbers never. Of a JSON result, its
-leaves that look like facts (`key=value`). The rarest kinds come first, so that in a result of many
-similar records the one order number or error that stands alone is kept.
+budget, the identifiers of the result ranked by what an agent reads back: first those its own
+messages named (`agent_words.py`) and error lines; then exception names, paths and test ids, dotted
+module paths and ids such as order and part numbers, code names, then hashes and numbers; escape
+codes, tags, versions and line numbers never (unless the agent named them: a listing's line it named
+by its number is kept with its code). Of a JSON result, its leaves that look like facts
+(`json_facts.py`). The rarest kinds come first, so that in a result of many similar records the one
+order number or error that stands alone is kept.
 
-Bounded work: every pattern is linear in what it reads, and at most `MAX_SCANNED` tokens or JSON
-values (leaves and containers, empty ones too) of a result are looked at; a JSON result is parsed
-only up to `JSON_CHARS`, a larger one is read as text (its head and tail).
+Bounded work: every pattern is linear in what it reads, at most `MAX_SCANNED` tokens or JSON values
+are looked at; a JSON result over `JSON_CHARS` is read as text (its head and tail).
 """
 
 from __future__ import annotations
@@ -18,28 +19,26 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Set as AbstractSet
 
 import orjson
 
+from proxy.engine.json_facts import JSON_CHARS, json_facts
 from proxy.engine.scanning import (
-    ERROR_WORD,
-    ERROR_WORDS,
     LINE_CHARS,
     MAX_LINES,
+    MAX_SCANNED,
     NUMBERED_LINE,
     SCAN_CHARS,
+    error_lines,
     head_and_tail,
-    matching_lines,
     shorten,
 )
 
 FACT_CHARS = 360
+NAMED_LINES = 4  # lines of a listing kept because the agent named their numbers
+NAMED_LINE_CHARS = 50
 MAX_CANDIDATES = 1_000  # facts considered per result: enough for rarity, bounded for huge results
-MAX_SCANNED = 20_000  # tokens or JSON values looked at per result: bounded work for any size
-# JSON results up to this size are parsed for their `key=value` facts (orjson builds a 256 KB
-# `[[],[],...]` in about 10 ms, a 4 MB one in 300); a larger one is read as text, head and tail.
-JSON_CHARS = 262_144
 # What a full facts section typically looks like, for costing a note before its facts are found.
 TYPICAL_FACTS = (
     " Kept: order_id=4471; sku=BW-2231; name=front wheel 700c; price=129.00; qty=2; status=shipped; "
@@ -49,13 +48,6 @@ TYPICAL_FACTS = (
 )
 
 _SHAPES = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", "a" * 52 + "9" * 10)
-# Keys whose values are facts a later turn asks about again.
-_FACT_KEY = re.compile(
-    r"(?:^|_)(?:id|ids|no|number|num|code|sku|part|order|invoice|ref|reference|serial|tracking|price|"
-    r"amount|total|cost|balance|qty|quantity|stock|status|state|date|due|eta|error|email|phone|name|"
-    r"title|version|account|user|customer)s?$",
-    re.IGNORECASE,
-)
 # Every pattern that runs over a whole result is linear: it starts only where a run of its characters
 # starts (a lookbehind) and takes the run whole (possessive), so no start rescans a run, and nothing
 # nests unbounded repetition. A tool result can be megabytes of one character.
@@ -71,9 +63,14 @@ _FACT_TOKEN = re.compile(rf"(?:{_AMOUNT})|(?<![\w#\-./:])(?:{_IDENTIFIER})")
 # module path or an id (order and part numbers, dates, key=value of JSON); a code name (snake_case,
 # CamelCase, _private); a hash; a bare number. Escape codes, plain words and line numbers are none.
 RANK_ERROR_LINE, RANK_ERROR, RANK_PATH, RANK_DOTTED, RANK_ID, RANK_NAME, RANK_HEX, RANK_NUMBER = range(8)
+# A version (`3.13.0`, `1.14dev`, `pluggy-0.13.1`, pip's `>=1.0`) or a bare decimal says nothing of
+# what happened: kept only where the agent's own messages use it.
+RANK_VERSION = 8
+_VERSION = re.compile(
+    r"(?:[A-Za-z][\w.]*-)?v?[0-9]+\.[0-9]+(?:\.[0-9]+[\w.+]*|\.?(?:dev|rc|post|a|b)[0-9]*)?"
+)
 _EXCEPTION_WORD = re.compile(r"[A-Z]\w*(?:Error|Exception|Warning|Exit|Interrupt)")
 _DIGIT = re.compile(r"[0-9]")
-_JSON_ESCAPE = re.compile(r'\\(?:u[0-9A-Fa-f]{4}|[nrt"\\/])')
 _ESCAPE = re.compile(r"u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[nrtbfv0]")
 _HEX = re.compile(r"(?:0x)?[0-9a-f]{6,}")
 # grep's context lines (`80-def`, `src/a.py-15-from`): the line number is no part of the fact.
@@ -81,8 +78,8 @@ _GREP_CONTEXT = re.compile(r"(.+\.\w+)-[0-9]++(?:-|$)|()[0-9]++-(?=[A-Za-z_])")
 # Noise an agent never asks about again: caches and build dirs of installers, licence URLs.
 _NOISE_PATH = ("/.cache/", "/pip-", "/wheels/")
 _NOISE_URL = ("licen", "pip.pypa.io/warnings", "opensource.org", "gnu.org/", "creativecommons")
+_TAG = re.compile(r"/?[A-Za-z][\w-]*")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
-_CODE_LINE_STARTS = ("except", "raise ", "class ", "def ", "#", "import ", "from ", "catch", "throw ", "//")
 _LS_LINE = re.compile(r"^[-dlcbps][rwxsStT-]{9}[.+@]?[ \t]", re.M)
 # `unusable.It`: a sentence run into the next one, not a dotted name.
 _SENTENCE_STARTS = frozenset({
@@ -102,15 +99,23 @@ def facts_section(facts: list[str]) -> str:
     return f" Kept: {'; '.join(facts)}." if facts else ""
 
 
-def pick_facts(text: str, preview: str, fits: Callable[[str], bool] | None = None) -> list[str]:
-    """Facts from `text` not already in the preview, the rarest kinds first, within the budget, in
-    the order they appear. Rarest first: in a result of many similar records, the first records'
-    fields would otherwise crowd out the one order number or error that stands alone. `fits` may
-    bound the facts section further than its character budget."""
+def pick_facts(
+    text: str,
+    preview: str,
+    fits: Callable[[str], bool] | None = None,
+    used: AbstractSet[str] = frozenset(),
+) -> list[str]:
+    """Facts from `text` not already in the preview, within the budget, in the order they appear:
+    first those the agent's own messages `used` (what it acted on is what it reads back: a name, a
+    path, the line of a listing it named by its number), and error lines; then the rarest kinds.
+    Rarest first: in a result of many similar records, the first records' fields would otherwise
+    crowd out the one order number or error that stands alone. `fits` may bound the facts section
+    further than its character budget."""
     candidates: list[str] = []
     rank: list[int] = []
     seen: Counter[str] = Counter()
-    for fact, kind in _facts(text):
+    named = _named_lines(text, used) if used else []
+    for fact, kind in itertools.chain(((line, RANK_ID) for line in named), _facts(text)):
         seen[fact] += 1
         if seen[fact] == 1 and fact.rpartition("=")[2] not in preview and len(candidates) < MAX_CANDIDATES:
             candidates.append(fact)
@@ -118,23 +123,60 @@ def pick_facts(text: str, preview: str, fits: Callable[[str], bool] | None = Non
     kind_of = [fact.partition("=")[0] if "=" in fact else _shape(fact) for fact in candidates]
     kinds = Counter(kind_of)
 
-    def order(i: int) -> tuple[int, int, int]:
+    def order(i: int) -> tuple[bool, int, int, int]:
         # Ids and values: the rarest shape first (one order number among many records). Names and
         # paths: the most used first (what a file or a grep is about), then the first seen.
         often = kinds[kind_of[i]] if rank[i] in (RANK_ERROR_LINE, RANK_ID) else -seen[candidates[i]]
-        return rank[i], often, i
+        later = rank[i] > RANK_ERROR_LINE and not _is_used(candidates[i], used) and candidates[i] not in named
+        return later, rank[i], often, i
 
     chosen: list[int] = []
-    used = 0
+    spent = 0
     for i in sorted(range(len(candidates)), key=order):
         fact = candidates[i]
-        if used + len(fact) + 2 > FACT_CHARS or any(fact in candidates[j] for j in chosen):
+        if rank[i] == RANK_VERSION and fact not in used:
+            break  # versions sort last
+        if spent + len(fact) + 2 > FACT_CHARS or any(fact in candidates[j] for j in chosen):
             continue  # a shorter fact may still fit; one inside a fact already kept is kept
         if fits is not None and not fits(facts_section([candidates[j] for j in sorted([*chosen, i])])):
             break
         chosen.append(i)
-        used += len(fact) + 2
+        spent += len(fact) + 2
     return [candidates[i] for i in sorted(chosen)]
+
+
+def _is_used(fact: str, used: AbstractSet[str]) -> bool:
+    """Whether the agent's messages name `fact`, or a word of its value (`sku=BW-2231`)."""
+    if not used:
+        return False
+    return fact in used or ("=" in fact and any(word in used for word in fact.partition("=")[2].split()))
+
+
+def _named_lines(text: str, used: AbstractSet[str]) -> list[str]:
+    """The lines of a numbered listing whose numbers the agent's messages name, as `169: code`."""
+    numbers = {fact for fact in used if fact.isdigit()}
+    text = head_and_tail(text, SCAN_CHARS)
+    if not numbers or not NUMBERED_LINE.search(text, 0, 2000):
+        return []
+    lines: list[str] = []
+    for match in itertools.islice(NUMBERED_LINE.finditer(text), MAX_SCANNED):
+        if match.group(1) in numbers:
+            end = text.find("\n", match.end(), match.end() + LINE_CHARS)
+            code = " ".join(text[match.end() : end if end >= 0 else match.end() + LINE_CHARS].split())
+            if code:
+                lines.append(shorten(f"{match.group(1)}: {code}", NAMED_LINE_CHARS))
+            if len(lines) == NAMED_LINES:
+                break
+    return lines
+
+
+def agent_facts(text: str) -> frozenset[str]:
+    """The facts an agent's own message names (its words, its calls' arguments), written as
+    `pick_facts` writes them: a note keeps these first."""
+    found: set[str] = set()
+    for match in itertools.islice(_FACT_TOKEN.finditer(text), MAX_SCANNED):
+        found.update(fact for fact, _ in _token_facts(match.group(0)))
+    return frozenset(found)
 
 
 def _shape(fact: str) -> str:
@@ -147,7 +189,7 @@ def _facts(text: str) -> Iterator[tuple[str, int]]:
     stripped = text.lstrip()
     if stripped[:1] in ("{", "[") and len(stripped) <= JSON_CHARS:
         try:
-            for fact in _json_facts(orjson.loads(stripped)):
+            for fact in json_facts(orjson.loads(stripped)):
                 yield fact, RANK_ID
             return
         except orjson.JSONDecodeError:
@@ -155,7 +197,7 @@ def _facts(text: str) -> Iterator[tuple[str, int]]:
     text = head_and_tail(text, SCAN_CHARS)
     if NUMBERED_LINE.search(text, 0, 2000):
         text = NUMBERED_LINE.sub("", text)  # line numbers are not facts
-    for line in _error_lines(text, 2):
+    for line in error_lines(text, 2):
         yield line, RANK_ERROR_LINE
     listing = _LS_LINE.search(text, 0, 2000) is not None
     if listing:  # `ls -l`: the names are the facts, sizes and dates are not
@@ -174,6 +216,10 @@ def _facts(text: str) -> Iterator[tuple[str, int]]:
             token = token[2:]  # `%2F` of a URL-escaped text
         elif before == "@" or text.startswith("@", match.end()):
             continue  # e-mail addresses: their domains and names are not what the next step uses
+        elif text.startswith("%]", match.end()):
+            continue  # a progress bar's `[100%]`
+        elif before == "<" and text.startswith(">", match.end()) and _TAG.fullmatch(token):
+            continue  # a tag's name (`<output_head>`, `</warning>`)
         if listing and token.isdigit():
             continue
         facts = ranks.get(token)
@@ -236,6 +282,8 @@ def _rank(token: str) -> int | None:
             return RANK_NAME if parts[0] in ("self", "cls") else RANK_DOTTED
     if _EXCEPTION_WORD.fullmatch(token):
         return RANK_ERROR
+    if digits and _VERSION.fullmatch(token):
+        return RANK_VERSION
     if digits:
         bare = token.lstrip("#$€£¥").replace(",", "").replace(".", "").replace("-", "")
         if bare.isdigit():
@@ -250,53 +298,3 @@ def _rank(token: str) -> int | None:
     ):
         return RANK_NAME
     return None
-
-
-def _error_lines(text: str, most: int) -> Iterator[str]:
-    """The first lines that name an error, found word first (a line pattern backtracks on every line)."""
-    lowered = text.lower()
-    if not any(word in lowered for word in ERROR_WORDS):
-        return
-    for start, end in matching_lines(ERROR_WORD, text, lowered, ERROR_WORDS):
-        if text[start : min(end, start + 80)].lstrip().startswith(_CODE_LINE_STARTS):
-            continue  # `except Exception:`, `raise KeyError(...)`: a source line, not an error that happened
-        if end - start > 100:  # a long line (JSON-escaped output): around its last error word
-            found = [m.start() for m in ERROR_WORD.finditer(text, start, min(end, start + LINE_CHARS))]
-            start = max(start, found[-1] - 40) if found else start
-        yield shorten(_JSON_ESCAPE.sub(" ", text[start : min(end, start + 400)]).strip(), 100)
-        most -= 1
-        if not most:
-            return
-
-
-def _json_facts(root: Any) -> Iterator[str]:
-    """Leaves of a JSON value that look like facts, depth first, without recursion (so any depth the
-    parser accepts is fine and a leaf costs the same however deep it sits)."""
-    stack: list[Iterator[tuple[str, Any]]] = [iter((("", root),))]
-    fact_key: dict[str, bool] = {}
-    leaves = 0
-    while stack:
-        for key, value in stack[-1]:
-            leaves += 1  # containers too, empty ones included: `[[],[],...]` is bounded like text
-            if leaves > MAX_SCANNED:
-                return
-            if isinstance(value, dict):
-                stack.append((str(k), v) for k, v in value.items())
-                break
-            if isinstance(value, list):
-                stack.append((key, v) for v in value)
-                break
-            if value is None:
-                continue
-            if key not in fact_key:
-                fact_key[key] = bool(key) and _FACT_KEY.search(key) is not None
-            if isinstance(value, bool) and not fact_key[key]:
-                continue
-            rendered = value if isinstance(value, str) else orjson.dumps(value).decode()
-            if len(rendered) > 60:
-                if ERROR_WORD.search(rendered, 0, SCAN_CHARS):
-                    yield f"{key}={shorten(rendered, 100)}" if key else shorten(rendered, 100)
-            elif fact_key[key] or any(ch.isdigit() for ch in rendered):
-                yield f"{key}={rendered}" if key else rendered
-        else:
-            stack.pop()

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import orjson
 
 from proxy.engine.facts import facts_section, pick_facts
-from proxy.engine.outcome import outcome
+from proxy.engine.failures import is_pytest
+from proxy.engine.outcome import OUTCOME_CHARS, outcome
 from proxy.engine.outline import outline
 from proxy.engine.scanning import NUMBERED_LINE, SCAN_CHARS, head_and_tail, shorten
 
@@ -26,11 +28,13 @@ NOTE_PREFIX = "[Truncated to save context:"
 DROPPED_PREFIX = "[Earlier conversation dropped to save context:"
 
 ARGUMENT_CHARS = 120
+_TRACEBACK = "Traceback (most recent call last):"
 _SPACE = re.compile(r"\s+")
 # mini-swe-agent's wrapper of an observation: its status (said by the outcome) and its warning that
 # the output was too long (said by the note's size), which would otherwise fill the preview.
 _WRAPPER = re.compile(
-    r"\A\s*+<returncode>-?[0-9]++</returncode>\s*+(?:<output>\s*+)?|<warning>[^<]{0,600}+</warning>\s*+"
+    r"\A\s*+<returncode>-?[0-9]++</returncode>\s*+(?:<output(?:_head)?>\s*+)?"
+    r"|<warning>[^<]{0,600}+</warning>\s*+(?:<output_head>\s*+)?"
 )
 
 
@@ -58,33 +62,42 @@ def build_note(
     arguments: str | None,
     preview_chars: int = 150,
     fits: Callable[[str], bool] | None = None,
+    used: AbstractSet[str] = frozenset(),
 ) -> str:
     """The note that stands in for a tool result whose plain text is `text`. `fits` may bound the
-    facts section further than its character budget (the engine bounds it in tokens)."""
-    call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    ran, said = _outcome_and_outline(text)
-    return _note(call, text, ran, preview + said, facts_section(pick_facts(text, ran + preview + said, fits)))
+    facts section further than its character budget (the engine bounds it in tokens); `used`: the
+    facts the agent's own messages name (`agent_facts`), kept first."""
+    call, ran, said = _parts(text, tool, arguments, preview_chars)
+    kept = pick_facts(text, call + ran + said, fits, used)
+    return _note(call, text, ran, said, facts_section(kept))
 
 
 def note_without_facts(
     text: str, *, tool: str | None, arguments: str | None, preview_chars: int = 150
 ) -> str:
     """The note without its facts, which cost the most to find: for costing a note before writing it."""
-    call, preview = _call_and_preview(text, tool, arguments, preview_chars)
-    ran, said = _outcome_and_outline(text)
-    return _note(call, text, ran, preview + said, "")
+    call, ran, said = _parts(text, tool, arguments, preview_chars)
+    return _note(call, text, ran, said, "")
 
 
-def _outcome_and_outline(text: str) -> tuple[str, str]:
-    """What the run came to (said first: the next step depends on it most), and the outline, which
-    gets what the outcome left of the outline's budget, so a note costs what it did."""
+def _parts(text: str, tool: str | None, arguments: str | None, preview_chars: int) -> tuple[str, str, str]:
+    """The call, what the run came to (said first: the next step depends on it most), and the
+    preview with the outline, which gets what the outcome left of the outline's budget, so a note
+    costs what it did. A pytest report's head (platform, plugins, collected) says nothing: its
+    preview's room goes to the outcome (its failures and exception lines). Nor does a traceback's
+    first frame, where the outcome says where it failed."""
     read = head_and_tail(text, SCAN_CHARS)
-    ran = outcome(read)
-    return ran, outline(read, spent=len(ran) // 4)
+    call, preview = _call_and_preview(text, tool, arguments, preview_chars)
+    if is_pytest(read):
+        ran, preview = outcome(read, OUTCOME_CHARS + preview_chars), ""
+    else:
+        ran = outcome(read)
+        preview = "" if preview.startswith(_TRACEBACK) and ran else f" Preview: {preview}"
+    return call, ran, preview + outline(read, spent=len(ran) // 4)
 
 
-def _note(call: str, text: str, ran: str, preview: str, kept: str) -> str:
-    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars.{ran} Preview: {preview}{kept}]"
+def _note(call: str, text: str, ran: str, said: str, kept: str) -> str:
+    return f"{NOTE_PREFIX} {call} returned {len(text):,} chars.{ran}{said}{kept}]"
 
 
 def _call_and_preview(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from proxy.engine.failures import exception_lines, first_failure
 from proxy.engine.outline import EXIT_STATUS, SUMMARY_LINE
 from proxy.engine.scanning import shorten
 
@@ -39,15 +40,15 @@ _ERROR_LINE = re.compile(
 )
 
 
-def outcome(text: str) -> str:
-    """The outcome of a run, as a note writes it (nothing when the result says none)."""
+def outcome(text: str, chars: int = OUTCOME_CHARS) -> str:
+    """The outcome of a run, as a note writes it, within `chars` (nothing when the result says none)."""
     parts = outcome_parts(text)
     if not parts:
         return ""
     chosen: list[str] = []
     used = 0
     for part in parts:
-        if used + len(part) + 2 > OUTCOME_CHARS:
+        if used + len(part) + 2 > chars:
             continue
         chosen.append(part)
         used += len(part) + 2
@@ -55,25 +56,34 @@ def outcome(text: str) -> str:
 
 
 def outcome_parts(text: str) -> list[str]:
-    """Exit status, success or failure lines, test counts, error lines, failed test ids: in that
-    order, each kind's last (a log ends on its verdict), duplicates once."""
+    """Exit status, success lines, where it first failed (`path:line: error`), test counts,
+    exception lines (a pytest report's `E` lines that state an error, else a log's last two), error
+    lines, failed test ids: in that order, each kind's last (a log ends on its verdict), duplicates
+    once."""
     parts: list[str] = []
     status = _RETURNCODE.findall(text, 0, 200) or _last_status(text)
     if status:
         parts.append(f"exit status {status[-1]}")
     if any(word in text for word in _SUCCESS_WORDS):
         parts += [line.strip() for line in _SUCCESS.findall(text)[-2:]]
+    failed_at = first_failure(text)
+    if failed_at:
+        parts.append(failed_at)
     if " passed" in text or " failed" in text or " error" in text:
         summaries = [line.strip() for line in SUMMARY_LINE.findall(text) if " in " in line or "," in line]
         parts += summaries[-1:]
-    if "Error" in text or "Exception" in text or "Exit" in text or "Interrupt" in text:
-        parts += [line.strip() for line in EXCEPTION_LINE.findall(text)[-2:]]
+    if stated := exception_lines(text):
+        parts += [line for line in stated if line not in failed_at]
+    elif "Error" in text or "Exception" in text or "Exit" in text or "Interrupt" in text:
+        parts += [line.strip() for line in EXCEPTION_LINE.findall(text)[-2:] if line.strip() not in failed_at]
     if "rror: " in text or "rror[" in text or "ERROR: " in text or "atal: " in text or "FATAL: " in text:
         parts += [line.strip() for line in _ERROR_LINE.findall(text)[-2:]]
     if "FAILED" in text or "ERROR" in text:
-        failed = [a or b for a, b in TEST_ID.findall(text) if a or "::" in b]
+        failed = [a or b for a, b in TEST_ID.findall(text) if (a and a[0] != "(") or "::" in b]
         parts += [f"FAILED {test_id}" for test_id in dict.fromkeys(failed)]
-    return list(dict.fromkeys(shorten(part, ITEM_CHARS) for part in parts if part))
+    return list(
+        dict.fromkeys(part if part is failed_at else shorten(part, ITEM_CHARS) for part in parts if part)
+    )
 
 
 def _last_status(text: str) -> list[str]:

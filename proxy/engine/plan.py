@@ -94,6 +94,8 @@ class ChatPlan:
             headers["x-compaction-summarized"] = str(self.summarized)
         if result.capped:
             headers["x-compaction-capped"] = str(len(result.capped))
+        if result.recent_noted:
+            headers["x-compaction-recent-noted"] = str(len(result.recent_noted))
         inside = self._inside_protected()
         if any(inside.values()):
             headers["x-compaction-protected"] = " ".join(f"{k}={len(v)}" for k, v in inside.items())
@@ -124,6 +126,7 @@ class ChatPlan:
             "dropped": list(result.dropped),
             "protected_dropped": result.protected_dropped,
             "capped": list(result.capped),
+            "recent_noted": list(result.recent_noted),
             "protected_from": result.protected_from,
             "inside_protected": self._inside_protected(),
             "overflow": result.overflow,

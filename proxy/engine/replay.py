@@ -34,6 +34,7 @@ class Replay:
     next_tool: int = 0
     next_unit: int = 0
     next_exchange: int = 0
+    end: int = 0  # the end of the request being shrunk
 
     def run(self) -> None:
         index, budget = self.index, self.budget
@@ -64,6 +65,7 @@ class Replay:
     def _shrink(self, end: int) -> None:
         """Bring the request `messages[:end]` down to the target: the seed's rules first, then, when
         they cannot get it under the line, the agent-loop rules inside the protected part."""
+        self.end = end
         keep_from = self.index.protected_start(end)
         self._shrink_old(keep_from)
         if self.acc > self.budget.limit:
@@ -154,7 +156,6 @@ class Replay:
             if self.next_exchange >= len(exchanges) or exchanges[self.next_exchange].start < request_start:
                 return
         drop_to = int(budget.target * LOOP_DROP_SHARE)
-        dropped_any = False
         while (
             self.acc > drop_to
             and self.next_exchange < len(exchanges)
@@ -164,15 +165,6 @@ class Replay:
             self.next_exchange += 1
             if exchange.droppable:
                 self._drop(exchange.start, exchange.end)
-                dropped_any = True
-        # The results kept and already read are noted with the drop, not one by one on the next calls:
-        # the prefix after a drop then holds until the results the model has not read yet grow old.
-        if dropped_any:
-            while self.next_tool < last and tools[self.next_tool] < (fresh[0] if fresh else end):
-                i = tools[self.next_tool]
-                self.next_tool += 1
-                if not self.dropped[i] and i not in self.cuts.caps:
-                    self._truncate(i)
         # Whatever is still over: the results already read, biggest first, down to what is left for
         # them; then the fresh ones, only to the line.
         for results, aim in ((read, budget.target), (fresh, budget.limit)):
@@ -180,6 +172,13 @@ class Replay:
                 if self.acc <= budget.limit:
                     break
                 self._cap(i, costs[i] - (self.acc - aim))
+        # Only when the protected part alone does not fit even capped: notes for the kept results
+        # already read, oldest first, as far as the line needs (the report says which).
+        for i in read:
+            if self.acc <= budget.limit:
+                break
+            if not self.dropped[i] and i not in self.cuts.planned and i not in self.cuts.notes:
+                self._truncate(i)
         # A fresh result capped before the drops gets back what they freed, up to the line.
         caps = self.cuts.caps
         for i in fresh:
@@ -189,7 +188,7 @@ class Replay:
     def _truncate(self, i: int) -> None:
         """Plan a note for tool result `i` (written at the end, if it survives)."""
         cost = self.costs[i]
-        planned = self.cuts.plan_note(i, cost)
+        planned = self.cuts.plan_note(i, cost, self.end)
         self.acc -= cost - planned
         self.costs[i] = planned
 

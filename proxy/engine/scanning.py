@@ -17,9 +17,13 @@ from collections.abc import Iterator
 SCAN_CHARS = 65_536
 ERROR_WORDS = ("error", "exception", "failed", "failure", "fatal", "traceback", "denied")
 MAX_LINES = 1_000  # lines with such words looked at per result (a log of "0 errors" lines is bounded)
+MAX_SCANNED = 20_000  # tokens or JSON values looked at per result: bounded work for any size
 LINE_CHARS = 4_096  # of a line, what is matched: what makes it an error or summary line comes first
 # `KeyError`, `AssertionError`, `CalledProcessError`: exception class names are error words too.
 ERROR_WORD = re.compile(rf"\b(?:{'|'.join(ERROR_WORDS)})\b|(?-i:\b[A-Z]\w*(?:Error|Exception)\b)", re.I)
+# A source line naming an error is not an error that happened.
+_CODE_LINE_STARTS = ("except", "raise ", "class ", "def ", "#", "import ", "from ", "catch", "throw ", "//")
+_JSON_ESCAPE = re.compile(r'\\(?:u[0-9A-Fa-f]{4}|[nrt"\\/])')
 # `cat -n` and agent read tools number each line: "    12\tcode" or "    12→code".
 NUMBERED_LINE = re.compile(r"^[ \t]*+([0-9]++)(?:\t|→|: )", re.M)
 
@@ -60,3 +64,23 @@ def matching_lines(
 def shorten(text: str, limit: int) -> str:
     """`text` cut to `limit` characters, with an ellipsis where it was cut."""
     return text if len(text) <= limit else text[:limit].rstrip() + "…"
+
+
+def error_lines(text: str, most: int) -> Iterator[str]:
+    """The first lines that name an error, found word first (a line pattern backtracks on every line)."""
+    lowered = text.lower()
+    if not any(word in lowered for word in ERROR_WORDS):
+        return
+    for start, end in matching_lines(ERROR_WORD, text, lowered, ERROR_WORDS):
+        if text[start : min(end, start + 80)].lstrip().startswith(_CODE_LINE_STARTS):
+            continue  # `except Exception:`, `raise KeyError(...)`: a source line, not an error that happened
+        if text.startswith("Traceback (most recent call last)", start):
+            continue  # says only that its exception line follows
+        if end - start > 100:  # a long line (JSON-escaped output): around its last error word
+            found = [m.start() for m in ERROR_WORD.finditer(text, start, min(end, start + LINE_CHARS))]
+            start = max(start, found[-1] - 40) if found else start
+        line = _JSON_ESCAPE.sub(" ", text[start : min(end, start + 400)]).strip()
+        yield shorten(line[1:].lstrip() if line.startswith("E ") else line, 100)  # pytest's `E` prefix
+        most -= 1
+        if not most:
+            return

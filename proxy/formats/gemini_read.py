@@ -6,6 +6,7 @@ tools.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,15 +15,27 @@ from proxy.formats.base import Message, Part, str_field
 
 
 class Calls:
-    """The calls not answered yet, in order: (model content, neutral id, name, the call's own id)."""
+    """The calls not answered yet, in order, indexed so that each answer is found in constant time
+    (amortised): by the call's own id, by name in the latest model content that has one, or the
+    oldest. Answered calls are only marked; the indexes skip them as they come to the front."""
 
     def __init__(self) -> None:
-        self.open: list[tuple[int, str, str, str | None]] = []
+        self._neutral: list[str] = []
+        self._answered: list[bool] = []
+        self._oldest = 0  # no unanswered call before this position
+        self._by_id: dict[str, deque[int]] = {}
+        self._by_name: dict[str, dict[int, deque[int]]] = {}  # name -> model content -> positions
 
     def add(self, index: int, position: int, call: dict[str, Any]) -> str:
         own = str_field(call.get("id")) or None
         neutral = own or f"gemini-call-{index}-{position}"
-        self.open.append((index, neutral, str_field(call.get("name")) or "", own))
+        at = len(self._neutral)
+        self._neutral.append(neutral)
+        self._answered.append(False)
+        if own:
+            self._by_id.setdefault(own, deque()).append(at)
+        name = str_field(call.get("name")) or ""
+        self._by_name.setdefault(name, {}).setdefault(index, deque()).append(at)
         return neutral
 
     def answer(self, response: dict[str, Any], index: int, block: int) -> str:
@@ -30,17 +43,37 @@ class Calls:
         gives ids to the results of calls that came without one) the first unanswered call of its
         `name` in the latest model turn that has one; else the oldest unanswered call."""
         own = str_field(response.get("id"))
-        matched = [k for k, entry in enumerate(self.open) if own and entry[3] == own]
-        if not matched:
-            named = [k for k, entry in enumerate(self.open) if entry[2] == response.get("name")]
-            if named:
-                latest = self.open[named[-1]][0]
-                matched = [next(k for k in named if self.open[k][0] == latest)]
-        if not matched and self.open:
-            matched = [0]
-        if matched:
-            return self.open.pop(matched[0])[1]
-        return own or f"gemini-result-{index}-{block}"  # answers no call: an orphan, kept with its neighbours
+        name = response.get("name")
+        found = self._first(self._by_id.get(own)) if own else None
+        if found is None and isinstance(name, str):
+            found = self._in_latest_content(name)
+        if found is None:
+            found = self._first_unanswered()
+        if found is None:
+            return (
+                own or f"gemini-result-{index}-{block}"
+            )  # answers no call: an orphan, kept with its neighbours
+        self._answered[found] = True
+        return self._neutral[found]
+
+    def _first(self, positions: deque[int] | None) -> int | None:
+        while positions and self._answered[positions[0]]:
+            positions.popleft()
+        return positions[0] if positions else None
+
+    def _in_latest_content(self, name: str) -> int | None:
+        by_content = self._by_name.get(name)
+        while by_content:
+            latest = next(reversed(by_content))
+            if (found := self._first(by_content[latest])) is not None:
+                return found
+            del by_content[latest]
+        return None
+
+    def _first_unanswered(self) -> int | None:
+        while self._oldest < len(self._answered) and self._answered[self._oldest]:
+            self._oldest += 1
+        return self._oldest if self._oldest < len(self._answered) else None
 
 
 def read_content(

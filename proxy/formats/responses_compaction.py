@@ -12,12 +12,14 @@ type) and Codex stops.
 In front of any other server the proxy answers the trigger itself: the history before it is compacted
 by the proxy's own engine for a window half its size (notes, drops, user messages kept), and the item
 stands for what Codex does not keep of it (everything but its user, developer and system messages),
-sealed: `cp1.<payload>.<mac>`, the payload the items' JSON compressed with zlib, base64url, and the
-mac an HMAC-SHA256 of the payload under the proxy's key (`COMPACT_COMPACTION_KEY`). A later request
-carrying the item gets it expanded back into those items, in its place, before the server sees it:
-stateless, so any replica with the same key can expand it. The content is readable (it holds the
-client's own history) but cannot be forged: an item whose mac does not match is refused (400), and
-one that is not the proxy's (no `cp1.` prefix: OpenAI's) is forwarded as it came.
+sealed: `cp2.<payload>.<mac>`, the payload the items' JSON compressed with zlib, base64url, and the
+mac an HMAC-SHA256 under the proxy's key (`COMPACT_COMPACTION_KEY`) of the payload and of a digest of
+the credentials of the client that asked for it (its owner; the digest is in no item). A later
+request carrying the item gets it expanded back into those items, in its place, before the server
+sees it: stateless, so any replica with the same key can expand it. The content is readable (it
+holds the client's own history) but cannot be forged nor carried by another client: an item whose
+mac does not match, for this request's credentials, is refused (400), as is an item of the first
+version (`cp1.`, bound to no client); one that is not the proxy's (OpenAI's) is forwarded as it came.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import secrets
 import time
 import uuid
 import zlib
@@ -32,11 +35,14 @@ from typing import Any
 
 import orjson
 
+from proxy.bodies.jsonbody import dump_json
 from proxy.engine.plan import Body
 from proxy.errors import ProxyError
 
 TRIGGER = "compaction_trigger"
-PREFIX = "cp1."
+PREFIX = "cp2."
+_TOO_LARGE = "This request's compaction items expand past the proxy's body limit (COMPACT_MAX_BODY_BYTES)."
+RETIRED = ("cp1.",)  # the proxy's items of an earlier version: refused, never forwarded
 KEPT_ROLES = frozenset({"user", "developer", "system"})  # what Codex keeps itself (is_retained_for_...)
 
 
@@ -62,16 +68,19 @@ def left_to_the_item(original: list[Any], compacted: list[Any]) -> list[Any]:
     ]
 
 
-def seal(items: list[Any], key: bytes) -> str:
-    payload = base64.urlsafe_b64encode(zlib.compress(orjson.dumps(items), 6)).rstrip(b"=")
-    return PREFIX + payload.decode() + "." + _mac(payload, key)
+def seal(items: list[Any], key: bytes, owner: bytes) -> str:
+    """`items` sealed for the client whose credentials' digest is `owner`."""
+    payload = base64.urlsafe_b64encode(zlib.compress(dump_json(items), 6)).rstrip(b"=")
+    return PREFIX + payload.decode() + "." + _mac(payload, key, owner)
 
 
-def unseal(content: str, key: bytes, limit: int) -> list[Any]:
-    """The items a sealed `content` stands for; `ProxyError` (400) if its mac does not match or
-    it does not unpack into a list of items within `limit` bytes."""
+def unsealed_json(content: str, key: bytes, owner: bytes, budget: int) -> bytes:
+    """The JSON array of the items a sealed `content` stands for (written by `seal`, so not read
+    again here). `ProxyError`: 400 if its mac does not match (for `owner`, the digest of this
+    request's credentials) or it does not unpack; 413 if its items are more than `budget` bytes."""
     payload, _, mac = content[len(PREFIX) :].rpartition(".")
-    if not payload or not hmac.compare_digest(mac, _mac(payload.encode(), key)):
+    valid = content.startswith(PREFIX) and bool(payload)
+    if not valid or not hmac.compare_digest(mac, _mac(payload.encode(), key, owner)):
         raise ProxyError(
             400,
             "A compaction item's content was not made by this proxy (its signature does not match): "
@@ -80,27 +89,43 @@ def unseal(content: str, key: bytes, limit: int) -> list[Any]:
             code="invalid_compaction_item",
         )
     try:
-        packed = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
         inflate = zlib.decompressobj()
-        raw = inflate.decompress(packed, limit)
-        items = orjson.loads(raw) if not inflate.unconsumed_tail else None
+        packed = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+        raw = inflate.decompress(packed, budget + len(b"[]") + 1)
     except (ValueError, zlib.error):
-        items = None
-    if not isinstance(items, list):
+        raw = b""
+    if inflate.unconsumed_tail or len(raw) > budget + len(b"[]"):
+        raise ProxyError(413, _TOO_LARGE, param="input", code="request_too_large")
+    if not inflate.eof or raw[:1] != b"[" or raw[-1:] != b"]":
         raise ProxyError(400, "A compaction item's content does not unpack.", param="input")
-    return items
+    return raw
 
 
-def expand(body: Body, key: bytes, limit: int) -> Body:
-    """`body` with each of the proxy's compaction items replaced by the items it stands for;
-    `body` itself when it carries none."""
+def carries_items(body: Body) -> bool:
+    """Whether `body` carries one of the proxy's compaction items."""
     items = body.get("input")
-    if not isinstance(items, list) or not any(_ours(i) for i in items):
-        return body
-    expanded: list[Any] = []
-    for item in items:
-        expanded.extend(unseal(item["encrypted_content"], key, limit) if _ours(item) else [item])
-    return {**body, "input": expanded}
+    return isinstance(items, list) and any(_ours(i) for i in items)
+
+
+def expanded_json(body: Body, key: bytes, owner: bytes, budget: int) -> bytes | None:
+    """The JSON of `body` with each of the proxy's compaction items replaced by the items it stands
+    for (sealed for `owner`), the items' own JSON spliced in, never parsed here (the caller parses the
+    whole as any large body); None when it carries none. All items together unpack to `budget` bytes
+    at most: past it, a 413 (many copies of one item once made a 5.8 KB request 3.6 MB upstream)."""
+    if not carries_items(body):
+        return None
+    parts: list[bytes] = []
+    for item in body["input"]:
+        if not _ours(item):
+            parts.append(dump_json(item))
+            continue
+        inner = unsealed_json(item["encrypted_content"], key, owner, budget)[1:-1]
+        budget -= len(inner)
+        if inner:
+            parts.append(inner)
+    mark = secrets.token_hex(16)
+    head = dump_json({**body, "input": mark})
+    return head.replace(b'"%s"' % mark.encode(), b"[" + b",".join(parts) + b"]", 1)
 
 
 def compaction_answer(model: str, content: str, tokens_in: int, tokens_out: int, *, streamed: bool) -> bytes:
@@ -133,8 +158,8 @@ def compaction_answer(model: str, content: str, tokens_in: int, tokens_out: int,
     )
 
 
-def _mac(payload: bytes, key: bytes) -> str:
-    digest = hmac.new(key, payload, hashlib.sha256).digest()
+def _mac(payload: bytes, key: bytes, owner: bytes) -> str:
+    digest = hmac.new(key, owner + b"." + payload, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
@@ -142,7 +167,7 @@ def _ours(item: Any) -> bool:
     return (
         _type(item) == "compaction"
         and isinstance(content := item.get("encrypted_content"), str)
-        and content.startswith(PREFIX)
+        and content.startswith((PREFIX, *RETIRED))
     )
 
 

@@ -51,9 +51,15 @@ def first_change(previous: Decided | None, current: Decided) -> tuple[int, int]:
     nothing = not (current.truncated or current.capped or current.dropped)
     if nothing and (previous is None or not (previous.truncated or previous.capped or previous.dropped)):
         return 0, min(previous.messages, current.messages) if previous else 0  # the common case
+    if previous is None:  # the engine's three are disjoint; a body of 200,000 items drops as many
+        return len(current.truncated) + len(current.capped) + len(current.dropped), 0
+    if (current.truncated, current.capped, current.dropped) == (
+        previous.truncated,
+        previous.capped,
+        previous.dropped,
+    ):
+        return 0, min(previous.messages, current.messages)
     now = current.actions()
-    if previous is None:
-        return len(now), 0
     before = previous.actions() if (previous.truncated or previous.capped or previous.dropped) else {}
     struck = sum(1 for i, act in now.items() if before.get(i) != act)
     changed = [i for i in now.keys() | before.keys() if now.get(i) != before.get(i) and i < previous.messages]

@@ -48,9 +48,9 @@ async def read_json_body(request: Request, limit: int) -> bytes:
 
 
 def _too_large(limit: int) -> ProxyError:
-    return ProxyError(
-        413, f"The request body is larger than the proxy's limit of {limit} bytes.", code="request_too_large"
-    )
+    """The 413 for a body refused before its end (the connection closed after it, as nginx does)."""
+    message = f"The request body is larger than the proxy's limit of {limit} bytes."
+    return ProxyError(413, message, code="request_too_large", closes=True)
 
 
 def raw_path(request: Request) -> str:

@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 
 from proxy.bodies.work import Bodies
-from proxy.counting.cache import SummaryCache
 from proxy.formats import RouteTable
 from proxy.live import Records
 from proxy.live.shared import SharedRecords
@@ -29,6 +28,7 @@ from proxy.server.flight import Credentials
 from proxy.server.readiness import Readiness
 from proxy.settings import Settings
 from proxy.sharing.link import SharedCalibrator, SharedState, SharedTable
+from proxy.sharing.summaries import SummaryCache
 from proxy.upstream.forwarding import Upstream, build_timeout
 from proxy.upstream.planner import Planner
 from proxy.upstream.probes import DetectedWindow, UpstreamTokenCounter, WindowDetector

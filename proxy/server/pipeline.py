@@ -263,9 +263,12 @@ class Pipeline:
         if b"x-request-id" not in {k.lower() for k, _ in headers}:
             headers.append((b"x-request-id", request_id.get().encode()))
         url = parts.upstream.url(way.path, query, from_root=way.from_root)
+        content = await parts.bodies.run(
+            flight.raw, flight.content
+        )  # a large body's written back off the loop
         started = time.perf_counter()
         try:
-            response = await parts.upstream.open(request.method, url, headers, flight.content())
+            response = await parts.upstream.open(request.method, url, headers, content)
         except ProxyError as exc:
             parts.metrics.upstream_errors.labels(exc.code or "error").inc()
             raise

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.counting.cache import SummaryCache
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.compaction import with_marker_texts
 from proxy.engine.plan import ChatPlan
 from proxy.engine.summary import Chunk, chunks, summary_message, summary_request
+from proxy.sharing.summaries import SummaryCache
 from proxy.upstream.forwarding import credential_headers
 from proxy.upstream.probes import fetch
 

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
 import aiohttp
+import aiohttp.abc
 import httpx
 import yarl
 from httpx_aiohttp import AiohttpTransport
@@ -38,6 +39,7 @@ REMAP: tuple[tuple[type[BaseException], type[httpx.TransportError]], ...] = (
     (TimeoutError, httpx.ReadTimeout),
 )
 AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+WRITE_PIECE = 256 * 1024  # of a large request body, written at a time
 
 
 @contextmanager
@@ -76,6 +78,25 @@ class _RemappedStream(httpx.AsyncByteStream):
             await self.inner.aclose()
 
 
+class PiecedBody(aiohttp.BytesPayload):
+    """A large request body written to the connection a piece at a time: written whole, the
+    transport's buffer copied all of it in one call of the loop (24 MB: 60 ms here)."""
+
+    async def write(self, writer: aiohttp.abc.AbstractStreamWriter) -> None:
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(
+        self, writer: aiohttp.abc.AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        view = memoryview(self._value)[:content_length]
+        for start in range(0, len(view), WRITE_PIECE):
+            await writer.write(view[start : start + WRITE_PIECE])  # drained past 64 KiB buffered
+
+
+def _body(content: bytes) -> bytes | PiecedBody | None:
+    return PiecedBody(content) if len(content) > WRITE_PIECE else content or None
+
+
 class UpstreamTransport(AiohttpTransport):
     """`AiohttpTransport` that raises what httpx's own transport would and adds no headers."""
 
@@ -103,7 +124,7 @@ class UpstreamTransport(AiohttpTransport):
                 # As the client sent it: yarl would decode `%2e` and re-encode a bare `%`.
                 yarl.URL(str(request.url), encoded=True),
                 headers=request.headers.multi_items(),  # a list: repeated headers stay apart
-                data=request.content or None,
+                data=_body(request.content),
                 allow_redirects=False,
                 auto_decompress=False,
                 compress=False,

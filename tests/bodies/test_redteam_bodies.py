@@ -36,6 +36,7 @@ from tests.support.health import (
 from tests.support.hostile import (
     Proxy,
     counting_upstream,
+    function_calls,
     hostile_upstream,
     proxy_for,
 )
@@ -349,17 +350,6 @@ def test_8_notes_on_huge_json_results_do_not_freeze_the_proxy(result: str, windo
 
 
 # --- 9: 200,000 items are read and planned off the event loop --------------------------------------
-
-
-def function_calls(calls: int) -> bytes:
-    """A Responses body of `calls` function calls, each answered (built apart: the objects of this
-    process are gone before /healthz is timed)."""
-    items: list[dict[str, Any]] = []
-    for i in range(calls):
-        items.append({"type": "function_call", "call_id": f"call_{i}", "name": "f", "arguments": "{}"})
-        items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": "ok"})
-    items.append({"role": "user", "content": "and now?"})
-    return json.dumps({"model": "m", "input": items}).encode()
 
 
 @pytest.mark.process

@@ -16,15 +16,7 @@ from proxy.bodies.jsonbody import dump_json, parse_json_object
 from proxy.bodies.offload import Offloader
 from proxy.bodies.split_parse import SplitParser, assemble, split, weight
 from proxy.errors import ProxyError
-
-
-def function_calls(calls: int) -> bytes:
-    items: list[dict[str, Any]] = []
-    for i in range(calls):
-        items.append({"type": "function_call", "call_id": f"call_{i}", "name": "f", "arguments": "{}"})
-        items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": "ok"})
-    items.append({"role": "user", "content": "and now?"})
-    return json.dumps({"model": "m", "input": items}).encode()
+from tests.support.hostile import function_calls
 
 
 def same(a: Any, b: Any) -> bool:
@@ -129,8 +121,11 @@ def test_the_pieces_read_from_the_file_are_the_same(tmp_path: Any) -> None:
     path.write_bytes(raw)
     done = split_parse.split_file(str(path))
     assert done[0] == "ok"
-    pieced = assemble(done[2], done[1], (tmp_path / "body.json.out").read_bytes())
+    out = tmp_path / "body.json.out"
+    pieced = assemble(done[2], done[1], out.read_bytes())
     assert same(pieced, parse_json_object(raw))
+    assert not path.exists(), "the body's file is removed once read"
+    assert out.stat().st_mode & 0o777 == 0o600, "the client's text readable by no other user"
 
 
 def test_every_piece_is_short_to_parse() -> None:

@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from proxy.counting.tokens import RequestCounter, count_chars4
@@ -157,25 +157,59 @@ def test_test_output_notes_keep_failures_errors_summary_and_status() -> None:
         assert kept in note
 
 
+def test_the_last_results_stay_whole_after_a_drop_far_under_the_line() -> None:
+    """A loop that drops its older exchanges at 8k keeps its last three reads whole: e02f76e noted
+    two of them with the drop (`truncated (19, 21)`), leaving 2,040 tokens of a 6,400 line."""
+    loop = one_request_loop(11)
+    result = run(loop, 8000)
+    tools = [i for i, m in enumerate(loop) if m["role"] == "tool"]
+    assert result.dropped and result.tokens_after <= result.limit
+    assert not result.truncated and not result.recent_noted
+    assert [result.messages[-k] for k in (5, 3, 1)] == [loop[i] for i in tools[-3:]]
+
+
+def test_the_last_results_are_noted_only_when_they_alone_do_not_fit() -> None:
+    loop = one_request_loop(4, lines=240)
+    loop.append({"role": "assistant", "content": "Reading on."})
+    tools = [i for i, m in enumerate(loop) if m["role"] == "tool"]
+    roomy = run(loop, 1400)  # capped, never noted
+    assert not roomy.truncated and not roomy.recent_noted and set(roomy.capped) == set(tools[-3:])
+    tight = run(loop, 1000)  # even capped they do not fit: noted, oldest first, and said
+    assert tight.recent_noted == tight.truncated == tuple(tools[-3:]) and not tight.overflow
+
+
 # Properties.
+
+
+def planned_loop(plan: list[tuple[int, list[list[int]], bool]]) -> list[dict[str, Any]]:
+    """A loop of requests, each `(words, steps, answered)`: the request's length in words, its steps'
+    file reads by their lines, and whether an answer in words ends it."""
+    loop: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    for r, (words, steps, answered) in enumerate(plan):
+        loop.append({"role": "user", "content": f"Request {r}: " + "please " * words})
+        for k, sizes in enumerate(steps):
+            step(loop, r * 100 + k, [("read_file", source(f"f{r}_{k}_{j}", n)) for j, n in enumerate(sizes)])
+        if answered:
+            loop.append({"role": "assistant", "content": f"Answer {r}."})
+    return loop
 
 
 @st.composite
 def loops(draw: st.DrawFn) -> list[dict[str, Any]]:
-    loop: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
-    for r in range(draw(st.integers(1, 3))):
-        loop.append({"role": "user", "content": f"Request {r}: " + "please " * draw(st.integers(1, 400))})
-        for k in range(draw(st.integers(0, 10))):
-            sizes = draw(st.lists(st.integers(1, 1600), min_size=1, max_size=4))
-            step(loop, r * 100 + k, [("read_file", source(f"f{r}_{k}_{j}", n)) for j, n in enumerate(sizes)])
-        if draw(st.booleans()):
-            loop.append({"role": "assistant", "content": f"Answer {r}."})
-    return loop
+    plan = []
+    for _ in range(draw(st.integers(1, 3))):
+        steps = draw(st.lists(st.lists(st.integers(1, 1600), min_size=1, max_size=4), max_size=10))
+        plan.append((draw(st.integers(1, 400)), steps, draw(st.booleans())))
+    return planned_loop(plan)
 
 
 @pytest.mark.slow  # a long property run: seconds, not milliseconds
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(loop=loops(), window=st.integers(1500, 40_000), keep_results=st.integers(0, 4))
+# e02f76e noted index 7, the oldest of the last four results, with the drop (found on a fresh clone).
+@example(
+    loop=planned_loop([(1, [[1, 1]], False), (1, [[48], [60, 172, 188]], False)]), window=3865, keep_results=4
+)
 def test_loop_invariants(loop: list[dict[str, Any]], window: int, keep_results: int) -> None:
     original = copy.deepcopy(loop)
     result = run(loop, window, keep_recent_tool_results=keep_results)
@@ -183,11 +217,18 @@ def test_loop_invariants(loop: list[dict[str, Any]], window: int, keep_results: 
     assert_invariants(loop, result, budget(window))
     users = [i for i, m in enumerate(loop) if m["role"] == "user"]
     assert any(m is loop[users[-1]] for m in result.messages), "the latest request is never touched"
-    # Inside the protected part, the last kept results are never noted or dropped (only capped).
+    # Inside the protected part, the last kept results are never dropped, and noted only when they
+    # alone do not fit (said in `recent_noted`: restored whole, they would be over the line).
     tools = [i for i, m in enumerate(loop) if m["role"] == "tool"]
-    for i in tools[len(tools) - keep_results :] if keep_results else ():
-        if i >= result.protected_from:
-            assert i not in result.truncated and i not in result.dropped
+    recent = [
+        i for i in (tools[len(tools) - keep_results :] if keep_results else ()) if i >= result.protected_from
+    ]
+    assert not set(recent) & set(result.dropped)
+    assert [i for i in recent if i in result.truncated] == list(result.recent_noted)
+    if result.recent_noted:
+        last = result.recent_noted[-1]
+        [note] = [m for m in result.messages if m.get("tool_call_id") == loop[last]["tool_call_id"]]
+        assert result.tokens_after - count(note) + count(loop[last]) > result.limit
     if not result.overflow:
         again = run(result.messages, window, keep_recent_tool_results=keep_results)
         assert again.messages == result.messages, "idempotent"
@@ -208,6 +249,22 @@ async def test_the_app_reports_what_the_loop_rules_did() -> None:
     assert sent[:2] == loop[:2] and sent[-3:] == loop[-3:] and noted
     assert response.headers["x-compaction-protected"] == f"truncated={len(noted)} capped=0 dropped=0"
     assert f'compacting_proxy_protected_messages_total{{action="truncated"}} {len(noted)}.0' in metrics
+
+
+async def test_the_app_says_when_the_last_results_are_noted_all_the_same() -> None:
+    loop = one_request_loop(4, lines=240)
+    loop.append({"role": "assistant", "content": "Reading on."})
+    tools = [i for i, m in enumerate(loop) if m["role"] == "tool"]
+    for window, noted in ((1400, []), (1000, tools[-3:])):
+        upstream = RecordingUpstream()
+        body = {"model": "m", "messages": loop, "max_tokens": 64}
+        async with proxy_client(upstream, window=window) as client:
+            response = await client.post("/v1/chat/completions", json=body)
+            report = (await client.post("/compact", json=body)).json()["report"]
+        sent = upstream.last_json()["messages"]
+        assert response.status_code == 200 and report["recent_noted"] == noted
+        assert response.headers.get("x-compaction-recent-noted") == (str(len(noted)) if noted else None)
+        assert sum(str(m.get("content")).startswith(NOTE_PREFIX) for m in sent) == len(noted)
 
 
 def test_nothing_is_dropped_when_dropping_would_make_it_bigger() -> None:

@@ -137,18 +137,15 @@ GOLDEN = {
         ",272 chars. Outcome: Successfully uninstalled marshmallow-3.0.0; Successfully installed ma"
         "rshmallow-3.13.0. Preview: Collecting marshmallow==3.13.0 Downloading marshmallow-3.13.0-p"
         "y2.py3-none-any.whl (47 kB) WARNING: The directory '/root/.cache/pip/wheels/8a/2f/0c1d'… K"
-        "ept: dep0; 1.0; /usr/local/lib/python3.9/site-packages; 2.0; 1.1; 2.1; dep2; 1.2; 2.2; dep"
-        "3; 1.3; 2.3; dep4; 1.4; 2.4; dep5; 1.5; 2.5; dep6; 1.6; 2.6; dep7; 1.7; 2.7; dep8; 1.8; 2."
-        "8; dep9; 1.9; 2.9; dep10; 1.10; 2.10; dep11; 1.11; 2.11.]"
+        "ept: dep0; /usr/local/lib/python3.9/site-packages; dep2; dep3; dep4; dep5; dep6; dep7; dep"
+        "8; dep9; dep10; dep11.]"
     ),
     "pytest": (
         '[Truncated to save context: bash({"command":"python -m pytest tests/test_fields.py"}) retu'
-        "rned 1,067 chars. Outcome: 1 failed, 3 passed in 0.50s; AssertionError: assert 344 == 345;"
-        " FAILED tests/test_fields.py::test_timedelta_precision. Preview: ========================="
-        "==== test session starts ============================== platform linux -- Python 3.11.2, p"
-        "ytest-8.3.3, pluggy-1.5.0 rootdir:… Outline: defines test_timedelta_precision. Kept: tests"
-        "/test_fields.py:41: AssertionError; 100; fields.TimeDelta; fields.TimeDelta.MILLISECONDS; "
-        "dt.timedelta; field.serialize; Field.serialize; marshmallow.missing.]"
+        "rned 1,067 chars. Outcome: tests/test_fields.py:41: AssertionError: assert 344 == 345; 1 f"
+        "ailed, 3 passed in 0.50s; FAILED tests/test_fields.py::test_timedelta_precision. Outline: "
+        "defines test_timedelta_precision. Kept: fields.TimeDelta; fields.TimeDelta.MILLISECONDS; d"
+        "t.timedelta; field.serialize; Field.serialize; marshmallow.missing.]"
     ),
     "grep": (
         '[Truncated to save context: bash({"command":"grep -rn -C1 timedelta src"}) returned 1,422 '
@@ -160,13 +157,12 @@ GOLDEN = {
     ),
     "traceback": (
         '[Truncated to save context: bash({"command":"python reproduce.py"}) returned 1,027 chars. '
-        "Outcome: TypeError: unsupported operand type(s) for /: 'NoneType' and 'float'. Preview: Tr"
-        'aceback (most recent call last): File "/testbed/reproduce.py", line 7, in <module> print(t'
-        'd_field.serialize("td_field", obj)) File "/testbed/src/mar… Kept: /testbed/src/marshmallow'
-        "/fields.py; 1461; value.total_seconds; /testbed/src/marshmallow/layer0.py; call_0; /testbe"
-        "d/src/marshmallow/layer1.py; /testbed/src/marshmallow/layer2.py; /testbed/src/marshmallow/"
-        "layer3.py; /testbed/src/marshmallow/layer4.py; /testbed/src/marshmallow/layer5.py; /testbe"
-        "d/src/marshmallow/layer6.py; /testbed/src/marshmallow/layer7.py.]"
+        "Outcome: /testbed/src/marshmallow/layer7.py:107: TypeError: unsupported operand type(s) fo"
+        "r /: 'NoneType' and 'float'. Kept: /testbed/reproduce.py; td_field.serialize; /testbed/src"
+        "/marshmallow/fields.py; 1461; value.total_seconds; /testbed/src/marshmallow/layer0.py; /te"
+        "stbed/src/marshmallow/layer1.py; /testbed/src/marshmallow/layer2.py; /testbed/src/marshmal"
+        "low/layer3.py; /testbed/src/marshmallow/layer4.py; /testbed/src/marshmallow/layer5.py; /te"
+        "stbed/src/marshmallow/layer6.py.]"
     ),
     "git": (
         '[Truncated to save context: bash({"command":"git status && git diff"}) returned 1,046 char'
@@ -205,14 +201,18 @@ def test_golden_note(shape: str) -> None:
         ),
         (
             "pytest",
-            "Outcome: 1 failed, 3 passed in 0.50s; AssertionError: assert 344 == 345; FAILED tests/test_fields.py::test_timedelta_precision.",
+            "Outcome: tests/test_fields.py:41: AssertionError: assert 344 == 345; 1 failed, 3 passed in 0.50s; "
+            "FAILED tests/test_fields.py::test_timedelta_precision.",
         ),
-        ("traceback", "Outcome: TypeError: unsupported operand type(s) for /: 'NoneType' and 'float'."),
+        (
+            "traceback",
+            "Outcome: /testbed/src/marshmallow/layer7.py:107: TypeError: unsupported operand type(s) for /: "
+            "'NoneType' and 'float'.",
+        ),
     ],
 )
 def test_the_outcome_comes_first(shape: str, outcome: str) -> None:
-    note = note_of(shape)
-    assert note.index(outcome) < note.index("Preview:")
+    assert note_of(shape).partition(" chars. ")[2].startswith(outcome)
 
 
 @pytest.mark.parametrize(
@@ -227,6 +227,9 @@ def test_the_outcome_comes_first(shape: str, outcome: str) -> None:
         ("grep", "apache.org/licenses"),
         ("grep", "marshmallow.example.org"),
         ("ls", "; 1111;"),
+        ("pip", "; 1.0;"),  # versions say nothing of what happened (issue 37, row 3)
+        ("pip", "2.11"),
+        ("pytest", "pluggy"),
     ],
 )
 def test_noise_is_not_kept(shape: str, noise: str) -> None:
@@ -256,7 +259,8 @@ def test_mini_swe_agents_warning_leaves_the_preview_to_the_output_and_source_lin
     )
     result = f"<returncode>0</returncode>\n{warning}<output_head>\n{source * 80}</output_head>"
     note = build_note(result, tool="bash", arguments='{"command": "cat config_loader.py"}')
-    assert " Outcome: exit status 0. Preview: <output_head> def load(path):" in note
+    assert " Outcome: exit status 0. Preview: def load(path):" in note
+    assert "output_head" not in note, "mini-swe-agent's tags are no facts"
     assert "except Exception" not in note.partition(" Kept: ")[2]
 
 

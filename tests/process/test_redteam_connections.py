@@ -7,11 +7,12 @@ answered while slow bodies hold the connection cap, slow bodies cut by a minimum
 from __future__ import annotations
 
 import re
+import resource
 import socket
 import statistics
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.fakes import completion
+from tests.support.hostile import hostile_upstream
+from tests.support.hostile import proxy_for as hostile_proxy
 from tests.support.processes import VENV_BIN, free_port, running
 
 CHAT = b'{"model": "stub", "messages": [{"role": "user", "content": "hello there, a slow upload"}]}'
@@ -262,3 +266,99 @@ def test_workers_each_have_their_own_connection_cap(stub: str) -> None:
             refused = sum(answer_of(sock, 1.0).startswith(b"HTTP/1.1 503 ") for sock in held)
             assert 20 <= refused <= 25, refused
             assert probe_latency(port, "/healthz")[0] == 200
+
+
+# --- issue 35, row 9: the connection cap within the process's descriptors --------------------------
+
+
+@contextmanager
+def proxy_under_ulimit(upstream_url: str, files: int, **env: str) -> Iterator[Proxy]:
+    """The proxy started as a shell with `ulimit -n files` starts it (soft and hard limit alike)."""
+    port = free_port()
+    command = [str(VENV_BIN / "compacting-proxy"), "--port", str(port), "--no-access-log"]
+    shell = ["bash", "-c", f'ulimit -n {files} && exec "$@"', "bash", *command]
+    environment = {"COMPACT_UPSTREAM_URL": upstream_url, "COMPACT_WINDOW": "8192", **env}
+    with running(shell, ready_url=f"http://127.0.0.1:{port}/healthz", env=environment) as process:
+        yield Proxy(process, port)
+
+
+def own_files(needed: int) -> None:
+    """This process's own descriptor limit raised to `needed` (its sockets), or the test skipped."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.skip(f"this process may open {hard} files, the test needs {needed}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def settled(count: Callable[[], int], quiet: float = 1.5, timeout: float = 30) -> int:
+    """`count()` once it has not changed for `quiet` seconds (polled)."""
+    last, since, deadline = count(), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() - since < quiet and time.monotonic() < deadline:
+        time.sleep(0.2)
+        if (now := count()) != last:
+            last, since = now, time.monotonic()
+    return last
+
+
+@pytest.mark.slow
+def test_9_the_cap_fits_the_descriptors_and_the_overflow_gets_503(stub: str) -> None:
+    """`ulimit -n 1024` and 1,100 connections that send half a head and stall: the cap (1,000 by
+    default, plus the probe reserve, plus 512 pooled upstream connections) does not fit 1,024
+    descriptors, so the proxy sizes it from the limit at start-up; connections past it get 503 at
+    once, never a close without a word, and /healthz and a chat on a new connection are answered."""
+    stalled_count = 1_100
+    own_files(stalled_count + 100)
+    with proxy_under_ulimit(stub, 1024) as proxy:
+        port = port_of(proxy)
+        with sockets(port, stalled_count) as stalled:
+            for sock in stalled:
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: p\r\n")  # half a head
+            settled(lambda: sum(has_answer(sock) for sock in stalled))
+            answers = [answer_of(sock, 0.05) if has_answer(sock) else None for sock in stalled]
+            refused = [a for a in answers if a is not None]
+            assert refused, "every stalled connection was held: the cap did not move"
+            silent = [a for a in refused if not a.startswith(b"HTTP/1.1 503 ")]
+            assert not silent, f"{len(silent)} of {len(refused)} closed without a 503: {silent[:2]}"
+            assert probe_latency(port, "/healthz")[0] == 200
+            with socket.create_connection(("127.0.0.1", port)) as chat:
+                chat.sendall(chat_head() + CHAT)
+                assert answer_of(chat, 5).startswith(b"HTTP/1.1 503 ")
+            log = Path(proxy.process.log_path).read_text()  # type: ignore[attr-defined]
+            assert "out of system resource" not in log and "Too many open files" not in log, log[-2000:]
+            assert "COMPACT_MAX_CLIENT_CONNECTIONS lowered from 1000 to 440" in log, log[-2000:]
+        reply = httpx.post(proxy.base_url + "/v1/chat/completions", content=CHAT, timeout=10)
+        assert reply.status_code == 200, reply.text
+
+
+# --- issue 35, row 12: a refused body closes its connection -----------------------------------------
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length"])
+def test_12_a_body_refused_413_closes_the_connection_before_a_pipelined_request(framing: str) -> None:
+    """A body over `COMPACT_MAX_BODY_BYTES`, then a second request pipelined behind it on the same
+    connection: the client gets the 413 with `connection: close` and the connection ends there, as
+    nginx closes after its 413 (the body is not read to its end); the second request never
+    reaches the upstream."""
+    big = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * 4000 + b'"}]}'
+    if framing == "chunked":
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: p\r\nTransfer-Encoding: chunked\r\n\r\n"
+        body = b"".join(
+            b"%x\r\n%s\r\n" % (len(big[i : i + 500]), big[i : i + 500]) for i in range(0, len(big), 500)
+        )
+        first = head + body + b"0\r\n\r\n"
+    else:
+        first = chat_head(len(big)) + big
+    second = chat_head() + CHAT
+    with hostile_upstream() as hostile:
+        hostile.routes["/v1/chat/completions"] = lambda h, s: h.json(200, completion("ok"))
+        with hostile_proxy(hostile.url, COMPACT_MAX_BODY_BYTES="1000") as proxy:
+            with socket.create_connection(("127.0.0.1", int(proxy.base_url.rsplit(":", 1)[1]))) as sock:
+                sock.sendall(first + second)
+                answers = answer_of(sock, 10)
+            assert answers.startswith(b"HTTP/1.1 413 "), answers[:300]
+            assert b"connection: close" in answers.lower()
+            assert answers.count(b"HTTP/1.1 ") == 1, answers
+            httpx.post(proxy.base_url + "/v1/chat/completions", content=CHAT, timeout=10)  # a later one
+    chats = [seen for seen in hostile.seen if seen.path == "/v1/chat/completions"]
+    assert [seen.body for seen in chats] == [CHAT], "the pipelined request reached the upstream"

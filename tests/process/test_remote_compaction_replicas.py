@@ -79,3 +79,35 @@ def test_the_openai_sdk_reads_the_answer_whole(
     (item,) = response.output
     assert item.type == "compaction" and item.encrypted_content.startswith(PREFIX)
     assert recorded(upstream) == [], "the upstream never sees the trigger"
+
+
+@pytest.mark.parametrize("keys", ["proxy", "upstream"])
+def test_an_item_is_expanded_only_for_the_key_that_asked_for_it(
+    upstream: str, keys: str, fresh_record: None
+) -> None:
+    """Issue 35, row 7: Bob's request carrying Alice's item is refused as a forged one is, and her
+    tool output never reaches the server in his request; with the proxy's own keys
+    (`COMPACT_API_KEYS`), or with each client's upstream key forwarded."""
+    env = {"COMPACT_COMPACTION_KEY": KEY}
+    if keys == "proxy":
+        env["COMPACT_API_KEYS"] = "key-of-alice,key-of-bob"
+    alice, bob = {"authorization": "Bearer key-of-alice"}, {"authorization": "Bearer key-of-bob"}
+    instructions, items = as_responses(support_chat(10, result_items=20))
+    with running_proxy(upstream, **env) as proxy:
+        trigger = {
+            "model": "small",
+            "instructions": instructions,
+            "input": [*items, {"type": "compaction_trigger"}],
+        }
+        answered = httpx.post(f"{proxy}/v1/responses", json=trigger, headers=alice, timeout=30)
+        assert answered.status_code == 200, answered.text
+        (item,) = answered.json()["output"]
+        follow_up = {"model": "small", "instructions": instructions, "input": [items[0], item]}
+        refused = httpx.post(f"{proxy}/v1/responses", json=follow_up, headers=bob, timeout=30)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == "invalid_compaction_item"
+        assert recorded(upstream) == [], "Alice's history went upstream in Bob's request"
+        served = httpx.post(f"{proxy}/v1/responses", json=follow_up, headers=alice, timeout=30)
+        assert served.status_code == 200, served.text
+    sent = json.loads(recorded(upstream)[-1]["body"])
+    assert [i for i in sent["input"] if i.get("type") == "function_call_output"], "expanded for Alice"

@@ -79,3 +79,13 @@ def png(width: int, height: int) -> str:
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
     chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
     return base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk + b"\x00" * 64).decode()
+
+
+def summarised_chat(turns: int = 30, *, seed: int = 11) -> list[Message]:
+    """An agent chat with long answers that only level 2 can remove: at a 6,000-token window its old
+    exchanges are dropped, and summarised when summaries are on."""
+    chat = agent_chat(turns, seed=seed, result_items=10)
+    for message in chat:
+        if message["role"] == "assistant" and message.get("content"):
+            message["content"] += " Details: " + "the wheel is fine. " * 60
+    return chat

@@ -178,3 +178,14 @@ def counting_upstream(hostile: Hostile) -> None:
         h.json(200, {"prompt": "\n".join(str(m.get("content")) for m in body.get("messages", []))})
 
     hostile.routes.update({"/tokenize": tokenize, "/apply-template": apply_template})
+
+
+def function_calls(calls: int) -> bytes:
+    """A Responses body of `calls` function calls, each answered, then a question (200,000 items,
+    ~15 MB, at 100,000)."""
+    items: list[dict[str, Any]] = []
+    for i in range(calls):
+        items.append({"type": "function_call", "call_id": f"call_{i}", "name": "f", "arguments": "{}"})
+        items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": "ok"})
+    items.append({"role": "user", "content": "and now?"})
+    return json.dumps({"model": "m", "input": items}).encode()

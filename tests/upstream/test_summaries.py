@@ -12,19 +12,10 @@ import httpx
 import pytest
 
 from proxy.engine.summary import INSTRUCTIONS, SUMMARY_PREFIX, chunks
-from tests.support.conversations import agent_chat
+from tests.support.conversations import summarised_chat as long_chat
 from tests.support.fakes import SummarisingUpstream, completion, proxy_client
 from tests.support.format_chats import as_anthropic, as_responses
 from tests.support.processes import free_port
-
-
-def long_chat(turns: int = 30) -> list[dict[str, Any]]:
-    chat = agent_chat(turns, seed=11, result_items=10)
-    for message in chat:  # long answers that only level 2 can remove
-        if message["role"] == "assistant" and message.get("content"):
-            message["content"] += " Details: " + "the wheel is fine. " * 60
-    return chat
-
 
 SETTINGS = {"window": 6000, "summarize": True, "summary_tokens": 200}
 
