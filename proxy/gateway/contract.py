@@ -8,10 +8,10 @@ context limit to fit) and a `config` object. The proxy also reads `window` (the 
 `tools` (counted, never returned), and `dropped`: what becomes of the messages compaction drops
 (`stub`, the default: one stub in each one's row, as LiteLLM's guardrail needs; `merge`: one marker
 for each dropped run; `remove`: nothing), also asked by the header `x-compaction-dropped` or the
-path `/<dropped>/v1/compress` for callers that can set only a URL or headers. The answer is `{messages, tokens_before, tokens_after,
-tokens_saved, compression_ratio, transforms_applied, ccr_hashes}`, with `compression_skipped` and
-`skip_reason` when the messages come back as they came. Errors are Headroom's
-`{"error": {"type", "message"}}` (with OpenAI's `param` and `code` beside them).
+path `/<dropped>/v1/compress` for callers that can set only a URL or headers. The answer is
+`{messages, tokens_before, tokens_after, tokens_saved, compression_ratio, transforms_applied,
+ccr_hashes}`, with `compression_skipped` and `skip_reason` when the messages come back as they came.
+Errors are Headroom's `{"error": {"type", "message"}}` (with OpenAI's `param` and `code` beside them).
 
 Pure: dicts in, dicts out.
 """

@@ -3,7 +3,8 @@ guardrail, a plain HTTP caller), where the count may change: the dropped message
 dropped run costs one marker (`merge`: the engine's words, where the engine puts them on the proxy's
 own routes, in its own message or merged into the neighbouring assistant turn) or nothing
 (`remove`). Without a stub for each message dropped, any history whose untouchable part fits (the
-system prompt, the first request, the latest turn) comes back fitting, however long it was.
+system prompt, the first request, the latest request and the last tool results) comes back fitting,
+however long it was.
 
 `stub`, one message out for each one in, stays the default: LiteLLM's guardrail refuses any other
 count. Pure: dicts in, dicts out.

@@ -26,7 +26,7 @@ from proxy.gateway.contract import ANTHROPIC
 from proxy.gateway.view import Decided
 
 Message = dict[str, Any]
-STUB_TEXT = "…"  # the other messages of a dropped run, in their role (never empty: Anthropic refuses that)
+STUB_TEXT = "…"  # the run's other messages, in their role (never empty: Anthropic refuses that)
 HASH_CHARS = 24  # what LiteLLM's guardrail and Headroom's markers read: 12 to 24 hex digits
 
 
