@@ -30,6 +30,9 @@ seconds a call on long histories, so each trajectory gives ``--pairs`` pairs of 
   (what a server's prompt cache can reuse);
 - ms: the added latency, the median time of a `/v1/compress` call over loopback (both measured in
   the same run, so their ratio holds under this machine's load).
+
+The proxy is measured twice: as LiteLLM calls it (a stub for each dropped message) and as Kong's or
+Portkey's compressor URL can ask (`/merge/v1/compress`: one marker for each dropped run).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ import httpx
 from benchmarks.agents.bench_trajectories import assistant_text, facts_of
 from benchmarks.cache.bench_server_cache import real_trajectories
 from proxy.counting.tokens import RequestCounter, text_of
-from proxy.upstream.counters import text_counter
+from proxy.planning.counters import text_counter
 from tests.support.cache_replay import common_prefix
 from tests.support.processes import free_port, running
 from tests.support.upstreams.proxy_server import running_proxy
@@ -177,6 +180,8 @@ def run(headroom: Path | None, windows: list[int], per_agent: int, pairs: int) -
         systems = {"Headroom 0.42": headroom_compressor(stack, headroom)} if headroom else {}
         proxy = stack.enter_context(running_proxy(NOWHERE, 8192, upstream_kind="openai"))
         systems["compacting-proxy"] = compressor(f"{proxy.base_url}/v1/compress", "window")
+        # As Kong and Portkey can ask: the dropped messages merged into one marker a run.
+        systems["compacting-proxy, merge"] = compressor(f"{proxy.base_url}/merge/v1/compress", "window")
         for name, requests in found:
             print(f"{name}: {pairs} pairs", file=sys.stderr)
             for window in windows:

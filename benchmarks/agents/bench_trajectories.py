@@ -68,9 +68,9 @@ from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MemoTextCounter, RequestCounter, TextCounter, text_of
 from proxy.engine.notes import NOTE_PREFIX
 from proxy.engine.plan import plan_chat
+from proxy.planning.planner import Planner
 from proxy.settings import Settings
 from proxy.upstream.overflow import Overflow
-from proxy.upstream.planner import Planner
 from proxy.upstream.probes import UpstreamTokenCounter
 from tests.support.cache_replay import plain_proxy
 

@@ -28,8 +28,8 @@ from typing import Any
 from benchmarks.agents import trajectories as gen
 from benchmarks.cache import agent_loops
 from proxy.engine.plan import ChatPlan
+from proxy.planning.planner import Planner
 from proxy.settings import Settings
-from proxy.upstream.planner import Planner
 from tests.support import simulated_chats as sim
 
 Message = dict[str, Any]

@@ -51,9 +51,9 @@ from contextlib import ExitStack
 from benchmarks.agents.real_trajectories import DEFAULT_REAL, load_real
 from benchmarks.cache import agent_loops
 from proxy.counting.tokens import RequestCounter
+from proxy.planning.counters import text_counter
+from proxy.planning.planner import Planner
 from proxy.settings import Settings
-from proxy.upstream.counters import text_counter
-from proxy.upstream.planner import Planner
 from tests.support import cache_replay
 from tests.support import simulated_chats as sim
 from tests.support.server_cache import MODEL, Message, Run, replay

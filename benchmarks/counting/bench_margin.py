@@ -31,8 +31,8 @@ from proxy.counting.estimator import estimate_text_tokens
 from proxy.counting.margin import text_bounds
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
+from proxy.planning.planner import Planner
 from proxy.settings import Settings
-from proxy.upstream.planner import Planner
 from tests.support.kinds import KINDS, text_of_kind
 
 WINDOW = 8192

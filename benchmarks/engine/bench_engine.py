@@ -23,7 +23,7 @@ from proxy.counting.cache import LruCache
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.compaction import compact
 from proxy.engine.index import Budget, Policy
-from proxy.upstream.counters import text_counter
+from proxy.planning.counters import text_counter
 from tests.support.conversations import agent_chat
 
 SIZES = (100, 300, 1_000, 3_000, 10_000)
@@ -42,7 +42,7 @@ def measure(raw: bytes, budget: Budget, *, warm: bool, rounds: int) -> float:
         if not warm:
             text_counter.cache_clear()
         counter = RequestCounter(text_counter("estimate"))
-        memo = LruCache(4096)  # the proxy's memo of written notes (proxy/upstream/planner.py)
+        memo = LruCache(4096)  # the proxy's memo of written notes (proxy/planning/planner.py)
         if warm:
             compact(orjson.loads(raw)["messages"], budget, counter.message, Policy(), memo)
         gc.collect()

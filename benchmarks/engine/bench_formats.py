@@ -22,8 +22,8 @@ from proxy.counting.tokens import RequestCounter
 from proxy.engine.index import Policy
 from proxy.engine.plan import plan_chat
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
+from proxy.planning.counters import text_counter
 from proxy.settings import ModelWindow
-from proxy.upstream.counters import text_counter
 from tests.support.conversations import agent_chat
 from tests.support.format_chats import as_anthropic, as_responses
 

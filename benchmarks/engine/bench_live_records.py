@@ -19,8 +19,8 @@ from proxy.engine.plan import plan_chat
 from proxy.formats import Conversation
 from proxy.live.records import Records
 from proxy.live.well import Decided, build_well
+from proxy.planning.planner import Planner
 from proxy.settings import Settings
-from proxy.upstream.planner import Planner
 
 
 def median_us(run: Callable[[], object], repeat: int) -> float:

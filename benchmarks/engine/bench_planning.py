@@ -57,7 +57,7 @@ def loop_chat() -> dict[str, Any]:
 # checkout's, the same for both, read from a JSON file.
 WORKER = r"""
 import asyncio, json, sys, time
-from proxy.upstream.planner import Planner
+from proxy.planning.planner import Planner
 from proxy.settings import Settings
 
 with open(sys.argv[1]) as f:

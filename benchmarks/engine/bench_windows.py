@@ -24,7 +24,7 @@ from proxy.counting.tokens import MemoTextCounter, RequestCounter
 from proxy.engine.compaction import compact
 from proxy.engine.index import Policy
 from proxy.engine.plan import budget_for
-from proxy.upstream.planner import NOTE_MEMO_SIZE
+from proxy.planning.planner import NOTE_MEMO_SIZE
 
 WINDOWS = (8_000, 16_000, 32_000)
 HISTORY_TOKENS = 100_000

@@ -121,7 +121,7 @@ def test_a_folder_is_skipped_only_when_none_of_its_tests_could_be_selected(
     ("where", "source", "why"),
     [
         ("test_pipeline.py", "def test_x(): pass\n", "move it to tests/server/"),
-        ("test_planner.py", "def test_x(): pass\n", "move it to tests/upstream/"),
+        ("test_planner.py", "def test_x(): pass\n", "move it to tests/planning/"),
         ("misc/test_x.py", "def test_x(): pass\n", "mirrors no folder"),
         (
             "engine/test_x.py",

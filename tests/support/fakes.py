@@ -76,6 +76,9 @@ class ClosingStream(httpx.AsyncByteStream):
         self.closed = True
 
 
+COUNT_PATHS = ("/tokenize", "/apply-template")
+
+
 @dataclass
 class RecordingUpstream:
     """Answers like an OpenAI-compatible server and keeps every request it received."""
@@ -100,6 +103,12 @@ class RecordingUpstream:
     @property
     def last(self) -> httpx.Request:
         return self.requests[-1]
+
+    @property
+    def forwarded(self) -> list[httpx.Request]:
+        """The requests the proxy sent on a client's behalf: all but its own counts (`/tokenize`,
+        `/apply-template`, asked by default before a request near its line is planned)."""
+        return [r for r in self.requests if r.url.path not in COUNT_PATHS]
 
     def last_json(self) -> Any:
         return json.loads(self.last.content)

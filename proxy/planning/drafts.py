@@ -1,7 +1,8 @@
-"""Drafting a chat request's plan once the planner has chosen how to count it: the counter, the
-estimate's margin measured on what the text is, and plans made again until the line holds for what
-is sent. No I/O: `proxy.upstream.planner` decides the count (and asks the upstream), then calls
-`Drafter.plan`, in a worker thread for a large request.
+"""Drafting a chat request's plan once the planner has chosen how to count it: the counter, and for
+the estimate its margin measured on what the text is, with plans made again until the line holds for
+what is sent. No I/O and no memory of earlier requests: the same request with the same counter and
+factor always gets the same plan. `proxy.planning.planner` decides the count (and asks the
+upstream), then calls the drafter, in a worker thread for a large request.
 """
 
 from __future__ import annotations
@@ -10,19 +11,18 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.counting.cache import ModelTable
 from proxy.counting.margin import MIN_MARGIN, MarginMeter, calibrated_margin, text_bytes
 from proxy.counting.modes import Counting
 from proxy.counting.tokens import RequestCounter, WrittenJson
 from proxy.engine.index import NoteMemo, Policy
-from proxy.engine.plan import Body, ChatPlan, budget_for, plan_chat, requested_reply
+from proxy.engine.plan import Body, ChatPlan, budget_for, plan_chat, requested_reply, thinking_budget
+from proxy.planning.counters import text_counter
 from proxy.settings import ModelWindow, Settings
-from proxy.upstream.counters import text_counter
 
 # What is sent, this much lighter than the whole request, is planned again with its own margin.
 MARGIN_STEP = 0.01
 SETTLE_ROUNDS = 5  # plans made again with a larger margin, for the output's own line
-MARGIN_SLACK = 0.1  # how much larger than measured the margin of a model's last plan may be and still be used
+ESTIMATE_CHARS = 10  # the most characters the estimate counts as one token (but for blank space)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +45,8 @@ class Draft:
 
 
 def spec_of(plan: ChatPlan) -> str:
-    """The text counter behind `plan`'s counts (an upstream count scales the estimate)."""
-    return Counting.ESTIMATE if plan.counted_by == Counting.UPSTREAM else plan.counted_by
+    """The text counter behind `plan`'s counts (an upstream count scales a local one)."""
+    return plan.scaled if plan.counted_by == Counting.UPSTREAM else plan.counted_by
 
 
 def _clamped_for(plan: ChatPlan, margin: float, clamp: bool) -> ChatPlan:
@@ -68,7 +68,6 @@ class Drafter:
         self.policy = policy
         self.notes = notes
         self.margins = MarginMeter()  # the estimate's margin, by what the text is
-        self.steady_margins: ModelTable[float] = ModelTable()  # the margin each model's last plan used
 
     def plan(self, draft: Draft, factor: float, margin: float | None = 0.0) -> ChatPlan:
         """The engine's plan. `margin` is what the counter may undercount; None: the estimate's,
@@ -76,18 +75,7 @@ class Drafter:
         text (an English history dropped, a Chinese paste kept), so the line holds for what is sent."""
         if margin is not None:
             return self._engine_plan(draft, factor, margin)
-        window, messages = draft.window, draft.messages
-        # No tokenizer spends more than a token per UTF-8 byte: a request whose text cannot reach its
-        # line or crowd its reply even so needs no measured margin (most requests, and a long English
-        # chat far from a large window). The bound is exact up to the half line, past it only "over".
-        half_line = int(window.window * window.threshold) // 2
-        bound = text_bytes(messages, half_line, draft.written)
-        if bound <= half_line:
-            plan = self._engine_plan(draft, factor, MIN_MARGIN)
-            r, room = plan.result, min(plan.budget.limit, window.window - (requested_reply(draft.body) or 0))
-            if not r.changed and plan.max_tokens is None and r.tokens_before + bound <= room:
-                return plan
-        margin = calibrated_margin(self.margins.margin(messages, draft.written), factor)
+        margin = calibrated_margin(self.margins.margin(draft.messages, draft.written), factor)
         plan = self._engine_plan(draft, factor, margin)
         if not plan.result.changed or plan.result.overflow:
             return plan
@@ -95,6 +83,37 @@ class Drafter:
         if left < margin - MARGIN_STEP:
             return self._lighter(plan, draft, left)
         return self._settled(plan, draft, margin, left)
+
+    def far_under(self, draft: Draft, factor: float, share: float, chars: int) -> ChatPlan | None:
+        """The estimate's plan where it proves the request far under its line, else None (it must be
+        counted). No tokenizer spends more than a token per UTF-8 byte, so a request whose text
+        cannot reach half its line even so needs nothing more (most requests, and a long English
+        chat far from a large window; the bound is read only until it passes the half line). Else
+        the estimate's upper count (with its margin, at least the heaviest vocabulary's on every
+        fitted sample) under `share` of the line proves it too. Either way only for a request that
+        is left whole, its reply limit too: a cut or a clamp is made by an exact count. `chars`, the
+        messages' characters, spares a long request the estimate's pass: no text but blank space
+        costs under a token for `ESTIMATE_CHARS` characters."""
+        window = draft.window
+        half_line = int(window.window * window.threshold) // 2
+        bound = text_bytes(draft.messages, half_line, draft.written)
+        if bound <= half_line:
+            plan = self._engine_plan(draft, factor, MIN_MARGIN)
+            r, room = plan.result, min(plan.budget.limit, window.window - (requested_reply(draft.body) or 0))
+            if not r.changed and plan.max_tokens is None and r.tokens_before + bound <= room:
+                return plan
+        if share <= 0 or chars * factor > ESTIMATE_CHARS * share * window.window * window.threshold:
+            return None
+        counter = self.counter(draft.spec, factor, draft.written)
+        line = share * budget_for(draft.body, window, counter, clamp=self.clamps(window)).limit
+        total = counter.fixed(draft.body) + sum(map(counter.message, draft.messages))
+        if total > line:
+            return None
+        margin = calibrated_margin(self.margins.margin(draft.messages, draft.written), factor)
+        if total * (1 + margin) > line:
+            return None
+        plan = self._engine_plan(draft, factor, margin)
+        return None if plan.result.changed or plan.max_tokens is not None else plan
 
     def _settled(self, plan: ChatPlan, draft: Draft, margin: float, left: float) -> ChatPlan:
         """`plan`, or one made with a larger margin, whose output fits the line its own margin gives
@@ -130,19 +149,7 @@ class Drafter:
         settled = self._settled(lighter, draft, left, own)
         return plan if settled.result.overflow or not settled.result.changed else settled
 
-    def _steady(self, model: str, margin: float) -> float:
-        """The margin to plan with: the one the model's last plan used, if it is no smaller than
-        `margin` and at most `MARGIN_SLACK` larger. The margin measured on a chat's text moves a little
-        every turn as the chat grows, and with it the line every earlier cut is made against again
-        (the server's prompt cache lost each time); a larger margin only compacts a little earlier."""
-        last = self.steady_margins.get(model)
-        if last is not None and margin <= last <= margin + MARGIN_SLACK:
-            return last
-        self.steady_margins[model] = margin
-        return margin
-
     def _engine_plan(self, draft: Draft, factor: float, margin: float) -> ChatPlan:
-        margin = self._steady(str(draft.body.get("model") or ""), margin)
         plan = plan_chat(
             draft.body,
             draft.messages,
@@ -166,3 +173,18 @@ class Drafter:
         return RequestCounter(
             text_counter(spec), factor=factor, image_tokens=self.settings.image_tokens, written=written
         )
+
+
+def with_reply_limit(plan: ChatPlan, body: Body, prompt: int, floor: int | None = None) -> ChatPlan:
+    """`plan` with its reply limit set for a prompt of `prompt` tokens by an exact count: lowered only
+    where the reply asked for does not fit beside it, and then never below `floor` (what a lighter
+    exact count still leaves), nor below 1."""
+    requested = requested_reply(body)
+    if plan.max_tokens is None and (not requested or prompt + requested <= plan.window.window):
+        return plan
+    if not requested or prompt + requested <= plan.window.window:
+        return replace(plan, max_tokens=None, thinking_budget=None)
+    limit = max(1, plan.window.window - prompt, min(requested, floor or 0))
+    asked = body.get("thinking_budget")
+    thinking = thinking_budget(asked, limit) if isinstance(asked, int) and asked >= limit else None
+    return replace(plan, max_tokens=limit, thinking_budget=thinking)

@@ -13,9 +13,9 @@ import pytest
 
 from proxy.counting.margin import MIN_MARGIN, text_bytes
 from proxy.counting.modes import Counting
+from proxy.planning.planner import Planner
 from proxy.settings import Settings
 from proxy.upstream.overflow import Overflow
-from proxy.upstream.planner import Planner
 from proxy.upstream.probes import DetectedWindow
 
 WINDOW = 2048
@@ -108,12 +108,18 @@ async def test_the_estimate_over_the_window_asks_the_upstream_before_refusing() 
     assert len(none.asked) == 1
 
 
-async def test_near_the_line_the_upstream_counts_exactly() -> None:
+async def test_near_the_line_the_upstream_counts_exactly_by_default() -> None:
+    """`auto`: the server's own count, its factor over the local count on the 5% grid, the output
+    counted by the server too and the reply limit set by that count."""
     exact = FakeTokenize(0.5)  # twice what four characters a token says
-    body = {"model": "m", "messages": agent_loop(3, 1200)}  # ~1,000 estimated tokens: near the line
-    plan = await make("upstream", exact=exact).plan(body)
-    assert exact.asked and plan.counted_by == Counting.UPSTREAM
-    assert plan.factor > 1.5 and plan.result.changed
+    body = {"model": "m", "messages": agent_loop(8, 1200), "max_tokens": 4096}  # near the line
+    plan = await make("auto", exact=exact).plan(body)
+    assert len(exact.asked) >= 2 and plan.counted_by == Counting.UPSTREAM and plan.result.changed
+    assert plan.sent_tokens == await exact.count({"messages": plan.result.messages})
+    assert plan.sent_tokens <= plan.budget.limit
+    assert plan.max_tokens == WINDOW - plan.sent_tokens, "the reply limit by the server's count"
+    again = await make("auto", exact=FakeTokenize(0.5)).plan(body)
+    assert again.result.messages == plan.result.messages and again.factor == plan.factor
 
 
 async def test_the_window_the_upstream_reports_is_the_one_planned_for() -> None:
@@ -133,14 +139,30 @@ async def test_the_reported_prompt_size_calibrates_the_next_plans() -> None:
 
 
 async def test_a_silent_cut_lowers_the_window_for_the_next_plans() -> None:
-    planner = make(reply_reserve=256)
+    """Ollama (it cuts silently) read about 600 tokens of three prompts whose sizes differ by a third:
+    counts pinned while the size sent moves, which no tokenizer's difference makes."""
+    planner = make(reply_reserve=256, upstream_kind="ollama")
     body = {"model": "m", "messages": agent_loop(3, 1500)}  # ~1,150 tokens: under the line (1,638)
     first = await planner.plan(body)
     assert not first.result.changed and first.result.tokens_after > 1100
-    truncation = planner.read_report(first, 600)  # Ollama read 600 of them: it cut the prompt at 1k
+    assert planner.read_report(first, 600) is None, "one count far under: a tokenizer may do that"
+    smaller = await planner.plan({"model": "m", "messages": agent_loop(3, 1000)})
+    assert planner.read_report(smaller, 610) is None, "two: a coincidence of two kinds of text may"
+    between = await planner.plan({"model": "m", "messages": agent_loop(3, 1200)})
+    truncation = planner.read_report(between, 605)
     assert truncation is not None and truncation.window == 1024
     again = await planner.plan(body)
     assert again.window.window == 1024 and again.result.changed
+
+
+async def test_an_honest_server_never_shrinks_the_window() -> None:
+    """A server that refuses what does not fit (vLLM, OpenAI's API) reports what it read: counts far
+    under the proxy's, pinned or not, are its tokenizer's, never a cut."""
+    planner = make(reply_reserve=256)
+    for results in (3, 2, 3, 2):
+        plan = await planner.plan({"model": "m", "messages": agent_loop(results, 1500)})
+        assert planner.read_report(plan, 600) is None
+    assert (await planner.plan({"model": "m", "messages": agent_loop(3, 1500)})).window.window == WINDOW
 
 
 async def test_a_retry_after_the_upstreams_overflow_is_compacted_harder() -> None:
