@@ -34,6 +34,7 @@ from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
 from proxy.planning.planner import Planner
 from proxy.settings import Settings
 from tests.support.kinds import KINDS, text_of_kind
+from tests.support.pastes import paste_chat
 
 WINDOW = 8192
 RESERVE = 1024
@@ -46,22 +47,6 @@ def real_size(count: Callable[[str], int], messages: list[dict[str, Any]]) -> in
     return sum(count(text_of(m.get("content"))) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMER
 
 
-def request(kind: str, chars: int, seed: int, history: bool) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."}]
-    if history:
-        call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
-        messages += [
-            {"role": "user", "content": "Read the file."},
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c1", "content": text_of_kind(kind, 6000, seed + 7)},
-            {"role": "assistant", "content": "Done."},
-            {"role": "user", "content": "Thanks. One more thing."},
-            {"role": "assistant", "content": "Sure, go ahead."},
-        ]
-    messages.append({"role": "user", "content": "Look at this:\n" + text_of_kind(kind, chars, seed)})
-    return messages
-
-
 def sized(
     kind: str, fraction: float, seed: int, history: bool, count: Callable[[str], int]
 ) -> list[dict[str, Any]]:
@@ -69,8 +54,8 @@ def sized(
     real tokens per character, less what the rest of the request holds)."""
     sample = text_of_kind(kind, 20_000, seed)
     per_char = count(sample) / len(sample)
-    rest = real_size(count, request(kind, 0, seed, history))
-    return request(kind, max(200, int((fraction * WINDOW - rest) / per_char)), seed, history)
+    rest = real_size(count, paste_chat(kind, 0, history=history, seed=seed))
+    return paste_chat(kind, max(200, int((fraction * WINDOW - rest) / per_char)), history=history, seed=seed)
 
 
 async def run(fractions: list[float], seeds: int) -> list[str]:
