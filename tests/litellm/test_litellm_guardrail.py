@@ -170,7 +170,7 @@ def test_litellm_s_retrieval_loop_redeems_an_id() -> None:
             {"role": "user", "content": "Which orders are open?"},
         ]
         response = chat(litellm, {"model": "scripted", "messages": history})
-        assert response.status_code == 200, litellm.log_tail()
+        assert response.status_code == 200, (litellm.log_tail(), proxy.log_tail())
         received = httpx.get(f"http://127.0.0.1:{port}/_received").json()
         metrics = httpx.get(f"{proxy.base_url}/metrics").text
     answer = response.json()["choices"][0]["message"]["content"]

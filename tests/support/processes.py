@@ -15,8 +15,18 @@ from pathlib import Path
 import httpx
 
 VENV_BIN = Path(sys.executable).parent
-ROOT = Path(__file__).resolve().parents[2]  # where `python -m tests.support...` finds the package
+# The checkout under test: first on every child's path, so `python -m tests.support...` runs from the
+# empty directory each test works in, and a child imports this tree's `proxy`.
+ROOT = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT_S = 5.0
+
+
+def child_environment() -> dict[str, str]:
+    """This process's environment for a child: no `COMPACT_*` setting of the host's, and this
+    checkout first on `PYTHONPATH`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACT_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
 
 
 class ServerStartError(RuntimeError):
@@ -35,7 +45,7 @@ def running(
     args: list[str], *, ready_url: str, env: dict[str, str] | None = None, timeout: float = 30
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Start `args`, wait until `ready_url` answers 200, and stop the process afterwards."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COMPACT_")}
+    clean = child_environment()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"proc-{os.getpid()}-{time.monotonic_ns()}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(args, env={**clean, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)

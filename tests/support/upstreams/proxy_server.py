@@ -6,7 +6,6 @@ working directory, so neither the host's variables nor a stray ``.env`` leak int
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.processes import free_port, log_tail, running_module, started
+from tests.support.processes import child_environment, free_port, log_tail, running_module, started
 
 STARTUP_TIMEOUT_S = 60.0  # the four vocabularies are read before /healthz answers: seconds on a busy machine
 
@@ -53,8 +52,7 @@ def running_proxy(
     """Serve the proxy in front of ``upstream_url`` (ending in /v1); extra ``settings`` become
     ``COMPACT_<NAME>`` variables, e.g. ``reply_reserve="64"``. A ``window`` of None leaves the
     proxy's default."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("COMPACT_")}
-    env |= {"COMPACT_UPSTREAM_URL": upstream_url}
+    env = child_environment() | {"COMPACT_UPSTREAM_URL": upstream_url}
     if window is not None:
         env["COMPACT_WINDOW"] = str(window)
     env |= {f"COMPACT_{name.upper()}": value for name, value in settings.items()}
