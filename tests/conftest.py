@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -9,15 +10,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tests.support.tiers import TIERS, can_select, tier_of
 
 pytest_plugins = ["tests.support.upstreams.fixtures", "tests.support.format_fixtures"]
 
+# Property tests draw the same examples on every run and every clone (`derandomized`, the default: the
+# README's test command, CI): a red run is a defect of the change, never of the draw. The random search
+# is a command of its own, `HYPOTHESIS_PROFILE=search pytest ...` (README, Development): new examples on
+# each run, failures kept in `.hypothesis/` and replayed first; pin what it finds with `@example`.
+settings.register_profile("derandomized", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("search", derandomize=False, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
+
 
 @pytest.fixture(scope="session")
 def working_directories(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cwd")
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[asyncio.Runner]:
+    """One event loop for a module's synchronous tests (hypothesis' cannot be async): an app and its
+    client made once, each request driven with `runner.run(...)`."""
+    with asyncio.Runner() as loop:
+        yield loop
 
 
 @pytest.fixture(autouse=True)

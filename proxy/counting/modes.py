@@ -9,26 +9,31 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["HEAVIEST_OF", "Counting", "estimated"]
+__all__ = ["HEAVIEST_OF", "OWN_MODES", "Counting", "estimated"]
 
 
 class Counting(StrEnum):
     """The proxy's own ways of counting (any other counter spec names an exact tokenizer)."""
 
+    # The default rule: the upstream's own `/tokenize` where it has one, else the vocabulary the
+    # model's name says, else the four bundled vocabularies (`HEAVIEST` compacts, the lightest refuses).
+    AUTO = "auto"
     ESTIMATE = "estimate"  # the calibrated estimate, judged with its margin (`proxy.counting.margin`)
     CHARS4 = "chars4"  # the pattern's four characters a token
-    UPSTREAM = "upstream"  # the estimate, counted again by the upstream's `/tokenize` near the line
-    # Exact: the most any of the vocabularies the estimate's margin is fitted on spends on each text
-    # (`HEAVIEST_OF`, all installed: the `tokenizers` extra). What the margin bounds, counted.
+    UPSTREAM = "upstream"  # the upstream's own count (what a plan counted by the server says it was)
+    # Exact: the most any of the four bundled vocabularies (`HEAVIEST_OF`) spends on each text.
     HEAVIEST = "heaviest"
 
 
-# The vocabularies `proxy.counting.margin`'s upper count is fitted to cover (an unnamed model may
-# use any of them).
+# The modes that are no tokenizer of their own (their text counter is the estimate).
+OWN_MODES = (Counting.AUTO, Counting.ESTIMATE, Counting.CHARS4, Counting.UPSTREAM)
+
+# The vocabularies of the default install, which an unnamed model may use any of (and which
+# `proxy.counting.margin`'s upper count is fitted to cover).
 HEAVIEST_OF = ("cl100k_base", "o200k_base", "qwen2.5", "llama3")
 
 
 def estimated(spec: str) -> bool:
-    """Whether `spec` counts with an estimate scaled by the model's own calibration (not an exact
-    tokenizer's, whose counts are calibrated apart: `proxy.upstream.prompt_reports.exact_key`)."""
+    """Whether `spec` counts with an estimate scaled by the model's own calibration (an exact
+    tokenizer's counts are never scaled)."""
     return spec in (Counting.ESTIMATE, Counting.CHARS4)

@@ -68,6 +68,9 @@ class ChatPlan:
     # `max_tokens`); 0: thinking turned off, no valid budget fitting the reply limit.
     thinking_budget: int | None = None
     margin: float = 0.0  # what the counter may undercount, as a share: judged against window / (1 + margin)
+    sent_tokens: int | None = None  # the upstream's own count (`/tokenize`) of what is sent, where asked
+    scaled: str = Counting.ESTIMATE  # counted by the upstream: the text counter its count scales
+    guessed: bool = False  # counted with a vocabulary the model may not use (an unnamed model's)
 
     def headers(self) -> dict[str, str]:
         """`x-compaction-*` response headers, on compacted requests only."""
@@ -135,6 +138,7 @@ class ChatPlan:
                 {"index": result.oversized[0], "tokens": result.oversized[1]} if result.oversized else None
             ),
             "counted_by": self.counted_by,
+            "upstream_count": self.sent_tokens,
             "calibration_factor": self.factor,
             "margin": round(self.margin, 4),
             "max_tokens": self.max_tokens,

@@ -95,7 +95,7 @@ class AnthropicMessages:
         if plan.result.changed:
             rebuilt = rebuild(conversation, plan)
             changed["messages"] = rewrite_items(
-                body["messages"], rebuilt, item_with=_with_note, marker=_marker, merge=_merge
+                body["messages"], rebuilt, item_with=_with_note, marker=_marker, merge=merge_marker_texts
             )
             changed = unbound_thinking_dropped(body, changed)
         if plan.max_tokens is not None:
@@ -263,7 +263,7 @@ def _marker(text: str, role: str) -> dict[str, Any]:
     return {"role": role, "content": text}
 
 
-def _merge(item: dict[str, Any], before: Sequence[str], after: Sequence[str]) -> dict[str, Any]:
+def merge_marker_texts(item: dict[str, Any], before: Sequence[str], after: Sequence[str]) -> dict[str, Any]:
     """Marker texts in an assistant message: as text blocks before its other blocks (after its
     thinking blocks, which must lead) and after them; into a string content as text."""
     content = item.get("content")

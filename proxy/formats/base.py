@@ -211,8 +211,12 @@ class Rebuilt:
 
 def rebuild(conversation: Conversation, plan: ChatPlan) -> Rebuilt:
     """Map the engine's decisions onto the original items and blocks."""
-    d = decisions(plan.result)
-    sources = conversation.sources
+    return rebuilt_from(conversation.sources, decisions(plan.result))
+
+
+def rebuilt_from(sources: Sequence[tuple[Part, ...]], d: Decisions) -> Rebuilt:
+    """`d` mapped onto the items and blocks `sources` name (the gateway's own decisions, read back
+    in the caller's terms, take this way too)."""
     out = Rebuilt()
     kept_before: dict[int, int] = {}  # item -> the first neutral index that keeps a part of it
     for i, parts in enumerate(sources):  # one walk: `ItemRuns` makes the parts as it goes

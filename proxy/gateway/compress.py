@@ -4,7 +4,9 @@ The call is planned as the dry run `/compact` plans a chat request (`proxy.serve
 the model's window from the settings, or from the upstream, or the `window` the caller gives), and
 the decisions written back row by row (`rows.py`). Stubs cost a few tokens each, so what comes back
 is counted again, and planned again for a smaller window until it is within the line (or the
-caller's `target`): the answer fits, and the same input always gets the same bytes.
+caller's `target`): the answer fits, and the same input always gets the same bytes. A caller that
+takes the list whole asks for the dropped messages merged into one marker a run, or removed
+(`dropped`, `x-compaction-dropped`, or the path `/merge/v1/compress`): no stub a message, no floor.
 
 `x-headroom-bypass: true` returns the messages untouched; `x-compaction-audit: true` (or
 `COMPACT_AUDIT`) returns them untouched with what would have been cut under `audit`. Any failure
@@ -27,9 +29,15 @@ from proxy.counting.tokens import RequestCounter
 from proxy.engine.plan import ChatPlan
 from proxy.errors import ProxyError
 from proxy.formats import Conversation, FormatRoute
+from proxy.formats.anthropic_thinking import unbound_thinking_dropped
 from proxy.gateway.contract import (
+    ANTHROPIC,
     AUDIT_HEADER,
     BYPASS_HEADER,
+    DROPPED_HEADER,
+    MERGE,
+    REMOVE,
+    STUB,
     CompressRequest,
     answer,
     contract_error,
@@ -37,8 +45,9 @@ from proxy.gateway.contract import (
 )
 from proxy.gateway.counters import GatewayCounters
 from proxy.gateway.originals import Originals, scope_of
+from proxy.gateway.removal import collapsed
 from proxy.gateway.retrieve import credential
-from proxy.gateway.rows import Written, write_rows
+from proxy.gateway.rows import Written, sources_of, write_rows
 from proxy.gateway.view import Decided, View, decided, with_stand_ins
 from proxy.server.dry_run import plan_for
 from proxy.server.intake import read_json_body
@@ -72,10 +81,12 @@ class Compressor:
         self.pipeline, self.originals, self.counters = pipeline, originals, counters
         self.settings = pipeline.parts.settings
 
-    async def __call__(self, request: Request) -> Response:
+    async def __call__(self, request: Request, dropped: str | None = None) -> Response:
+        """The answer to one call; `dropped`: what its path asks for the dropped messages."""
         try:
             raw = await read_json_body(request, self.settings.max_body_bytes)
-            call = read_request(await self.pipeline.parts.bodies.parse(raw))  # a large one off the loop
+            parsed = await self.pipeline.parts.bodies.parse(raw)  # a large one off the loop
+            call = read_request(parsed, _header(request, DROPPED_HEADER) or dropped)
         except ProxyError as exc:
             self.counters.compress.labels("invalid").inc()
             return _error(exc)
@@ -123,6 +134,8 @@ class Compressor:
             skipped="over_window" if plan.result.over_window else None,
         )
         out.update(window=fitted.window, limit=fitted.ceiling, fits=fitted.fits)
+        if call.dropped != STUB:
+            out["dropped"] = call.dropped
         return out
 
     @property
@@ -171,7 +184,13 @@ class Compressor:
     def _written(self, plan: ChatPlan, view: View, call: CompressRequest, keep: bool) -> Fitted:
         made = decided(view, plan.result)
         source = view.conversation if not view.stand_ins else _without_stand_ins(view)
-        written = write_rows(call.format, call.messages, source, made, keep=keep)
+        written = write_rows(
+            call.format, call.messages, source, made, keep=keep, keep_runs=call.dropped != REMOVE
+        )
+        if call.dropped != STUB:  # the caller takes the list whole: the dropped messages go
+            markers = written.markers if call.dropped == MERGE else None
+            rows = collapsed(written.messages, sources_of(source, call.messages), made, markers)
+            written = replace(written, messages=_thinking_kept_bound(call, rows))
         counter = self.pipeline.parts.planner.counter_for(plan)
         route = self.pipeline.parts.routes.for_format(call.format)
         assert route is not None
@@ -220,8 +239,23 @@ def _audit(fitted: Fitted) -> dict[str, Any]:
     }
 
 
+def _thinking_kept_bound(call: CompressRequest, rows: list[Any]) -> list[Any]:
+    """Anthropic's thinking blocks that the removal unbinds taken out, as the proxy's own route does
+    (a model that binds them refuses them after an earlier message changed)."""
+    if call.format != ANTHROPIC:
+        return rows
+    before = {"model": call.model, "messages": call.messages}
+    after: list[Any] = unbound_thinking_dropped(before, {**before, "messages": rows})["messages"]
+    return after
+
+
+def _header(request: Request, name: bytes) -> str | None:
+    value = next((v for k, v in request.headers.raw if k.lower() == name), None)
+    return value.decode("latin-1").strip().lower() if value is not None else None
+
+
 def _flag(request: Request, name: bytes) -> bool:
-    return any(k.lower() == name and v.strip().lower() == b"true" for k, v in request.headers.raw)
+    return _header(request, name) == "true"
 
 
 def _json(data: dict[str, Any]) -> Response:

@@ -4,11 +4,14 @@
 The request is `{"messages": [...], "model": "..."}`; Headroom's client adds `token_budget` (the
 context limit to fit) and a `config` object. The proxy also reads `window` (the same as
 `token_budget`), `target` (the most tokens the returned messages may count), `format` (`chat` or
-`messages`; else told from the messages, as Headroom's client does) and Anthropic's `system` and
-`tools` (counted, never returned). The answer is `{messages, tokens_before, tokens_after,
-tokens_saved, compression_ratio, transforms_applied, ccr_hashes}`, with `compression_skipped` and
-`skip_reason` when the messages come back as they came. Errors are Headroom's
-`{"error": {"type", "message"}}` (with OpenAI's `param` and `code` beside them).
+`messages`; else told from the messages, as Headroom's client does), Anthropic's `system` and
+`tools` (counted, never returned), and `dropped`: what becomes of the messages compaction drops
+(`stub`, the default: one stub in each one's row, as LiteLLM's guardrail needs; `merge`: one marker
+for each dropped run; `remove`: nothing), also asked by the header `x-compaction-dropped` or the
+path `/<dropped>/v1/compress` for callers that can set only a URL or headers. The answer is
+`{messages, tokens_before, tokens_after, tokens_saved, compression_ratio, transforms_applied,
+ccr_hashes}`, with `compression_skipped` and `skip_reason` when the messages come back as they came.
+Errors are Headroom's `{"error": {"type", "message"}}` (with OpenAI's `param` and `code` beside them).
 
 Pure: dicts in, dicts out.
 """
@@ -25,6 +28,9 @@ from proxy.errors import ProxyError
 Body = dict[str, Any]
 BYPASS_HEADER = b"x-headroom-bypass"  # "true": the messages come back untouched (Headroom's)
 AUDIT_HEADER = b"x-compaction-audit"  # "true": untouched, with what would have been cut
+DROPPED_HEADER = b"x-compaction-dropped"  # stub, merge or remove: what becomes of dropped messages
+STUB, MERGE, REMOVE = "stub", "merge", "remove"
+DROPPED_MODES = (STUB, MERGE, REMOVE)
 CHAT, ANTHROPIC = "chat", "messages"
 FORMAT_NAMES = {"chat": CHAT, "openai": CHAT, "messages": ANTHROPIC, "anthropic": ANTHROPIC}
 ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "server_tool_use", "mcp_tool_use", "thinking"})
@@ -41,14 +47,16 @@ class CompressRequest:
     window: int | None = None
     target: int | None = None
     extra: Body | None = None  # what else a format counts (Anthropic's `system`, `tools`)
+    dropped: str = STUB  # what becomes of the dropped messages: a stub each, a marker a run, nothing
 
     def body(self) -> Body:
         """The request the format's adapter reads (a chat request of these messages)."""
         return {**(self.extra or {}), "model": self.model, "messages": self.messages}
 
 
-def read_request(body: Body) -> CompressRequest:
-    """The call, checked: a 400 in the contract's words for what cannot be compressed."""
+def read_request(body: Body, asked: str | None = None) -> CompressRequest:
+    """The call, checked: a 400 in the contract's words for what cannot be compressed. `asked`: what
+    the header or the path asks for the dropped messages, which the body's `dropped` overrides."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise ProxyError(400, "Missing required field: messages (an array).", param="messages")
@@ -61,7 +69,11 @@ def read_request(body: Body) -> CompressRequest:
     fmt = FORMAT_NAMES[str(named)] if named is not None else detect_format(messages)
     window = _tokens(body, "window") or _tokens(body, "token_budget")
     extra: Body = {key: body[key] for key in ("system", "tools") if key in body}
-    return CompressRequest(messages, model or "", fmt, window, _tokens(body, "target"), extra or None)
+    dropped = body.get("dropped", asked or STUB)
+    if dropped not in DROPPED_MODES:
+        raise ProxyError(400, "'dropped' must be 'stub', 'merge' or 'remove'.", param="dropped")
+    target = _tokens(body, "target")
+    return CompressRequest(messages, model or "", fmt, window, target, extra or None, dropped)
 
 
 def _tokens(body: Body, field: str) -> int | None:

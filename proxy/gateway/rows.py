@@ -26,7 +26,7 @@ from proxy.gateway.contract import ANTHROPIC
 from proxy.gateway.view import Decided
 
 Message = dict[str, Any]
-STUB = "…"  # the other messages of a dropped run, in their role (never empty: Anthropic refuses that)
+STUB_TEXT = "…"  # the run's other messages, in their role (never empty: Anthropic refuses that)
 HASH_CHARS = 24  # what LiteLLM's guardrail and Headroom's markers read: 12 to 24 hex digits
 
 
@@ -46,6 +46,7 @@ class Written:
 
     messages: list[Any]
     originals: dict[str, Any] = field(default_factory=dict)
+    markers: dict[int, str] = field(default_factory=dict)  # a run's first member -> what its stub says
 
     def keep(self, original: Any, keep: bool) -> str:
         """The suffix naming `original`'s id (kept for retrieval), or nothing when none are kept."""
@@ -56,13 +57,26 @@ class Written:
         return retrieval_hint(key)
 
 
+def sources_of(conversation: Conversation, messages: Sequence[Any]) -> Sequence[tuple[Part, ...]]:
+    """The caller's item (or block) each neutral message stands for: one each where the format
+    reads one neutral message per item."""
+    return conversation.sources or tuple((Part(i),) for i in range(len(messages)))
+
+
 def write_rows(
-    fmt: str, messages: Sequence[Any], conversation: Conversation, made: Decided, *, keep: bool
+    fmt: str,
+    messages: Sequence[Any],
+    conversation: Conversation,
+    made: Decided,
+    *,
+    keep: bool,
+    keep_runs: bool = True,
 ) -> Written:
-    """`messages` (the caller's, in `fmt`) with `made` applied row by row."""
-    sources = conversation.sources or tuple((Part(i),) for i in range(len(messages)))
+    """`messages` (the caller's, in `fmt`) with `made` applied row by row; with `keep`, the originals
+    of the notes (and of the dropped runs, unless not `keep_runs`) kept under the ids they name."""
+    sources = sources_of(conversation, messages)
     written = Written(list(messages))
-    first = {members[0]: (members, text) for members, text in made.runs}
+    first = {run.members[0]: run for run in made.runs}
     rewrite = _anthropic_part if fmt == ANTHROPIC else _chat_part
     for index, parts in enumerate(sources):
         if index in made.notes:
@@ -70,14 +84,14 @@ def write_rows(
             for part in parts:
                 rewrite(written.messages, part, functools.partial(_noted, note=note))
         elif index in made.dropped:
-            text = STUB
+            text = STUB_TEXT
             if index in first:  # the run's first message says what went, and where it is kept
-                members, words = first[index]
-                run = [o for m in members for o in _originals(messages, _parts_of(sources, m))]
-                text = words + written.keep(run, keep)
+                run = first[index]
+                originals = [o for m in run.members for o in _originals(messages, _parts_of(sources, m))]
+                text = written.markers[index] = run.text + written.keep(originals, keep and keep_runs)
             for part in parts:
                 rewrite(written.messages, part, functools.partial(_stub, text=text))
-                text = STUB
+                text = STUB_TEXT
     return written
 
 

@@ -79,14 +79,25 @@ def _stand_in(call_id: Any) -> Message:
 
 
 @dataclass(frozen=True, slots=True)
+class Run:
+    """A dropped run in the adapter's neutral messages: its members, the engine's words for it, and
+    where its marker stands (the engine's placement): its own message in `role`, or merged into the
+    kept assistant message `into`."""
+
+    members: tuple[int, ...]
+    text: str
+    role: str | None = None
+    into: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Decided:
     """The engine's decisions for the adapter's neutral messages: the new content of each noted
-    or capped one, which were dropped, and each dropped run (its first kept-side index and the
-    engine's words for it)."""
+    or capped one, which were dropped, and each dropped run."""
 
     notes: dict[int, Any]
     dropped: frozenset[int]
-    runs: tuple[tuple[tuple[int, ...], str], ...]
+    runs: tuple[Run, ...]
 
 
 def decided(view: View, result: CompactionResult) -> Decided:
@@ -98,9 +109,11 @@ def decided(view: View, result: CompactionResult) -> Decided:
         if (o := origin[k]) is not None:
             notes[o] = content
     dropped = frozenset(o for k in result.dropped if (o := origin[k]) is not None)
-    runs: list[tuple[tuple[int, ...], str]] = []
+    runs: list[Run] = []
     for marker in result.markers:
         members = tuple(o for k in marker.run if (o := origin[k]) is not None)
-        if members:
-            runs.append((members, marker.text))
+        into = origin[marker.into] if marker.into is not None else None
+        if members:  # merged into a stand-in call, the marker stands on its own where the call stood
+            role = marker.role if marker.into is None or into is not None else "assistant"
+            runs.append(Run(members, marker.text, role, into))
     return Decided(notes, dropped, tuple(runs))

@@ -21,6 +21,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from proxy.counting.calibration import Truncation
 from proxy.counting.tokens import RequestCounter
 from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
@@ -41,7 +42,6 @@ from proxy.live.pages import Pages
 from proxy.live.well import Decided, build_well, first_change, first_user_text
 from proxy.settings import Settings
 from proxy.upstream.overflow import Overflow
-from proxy.upstream.prompt_reports import Truncation
 
 logger = logging.getLogger("proxy")
 

@@ -12,7 +12,9 @@ background; `aclose` closes what they opened. What a request does with them is `
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import gc
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +26,13 @@ from proxy.formats import RouteTable
 from proxy.live import Records
 from proxy.live.shared import SharedRecords
 from proxy.metrics import Metrics
+from proxy.planning.planner import Planner
 from proxy.server.flight import Credentials
 from proxy.server.readiness import Readiness
 from proxy.settings import Settings
 from proxy.sharing.link import SharedCalibrator, SharedState, SharedTable
 from proxy.sharing.summaries import SummaryCache
 from proxy.upstream.forwarding import Upstream, build_timeout
-from proxy.upstream.planner import Planner
 from proxy.upstream.probes import DetectedWindow, UpstreamTokenCounter, WindowDetector
 from proxy.upstream.summarizer import Summarizer
 from proxy.ways.choice import Bridges
@@ -118,9 +120,16 @@ class Parts:
         )
 
     async def start(self) -> None:
-        """Start what must start while the process is small (the large bodies' parsing children), and
-        sharing what this replica learns (in the background: requests never wait for it)."""
+        """Start what must start while the process is small (the large bodies' parsing children), then
+        read the vocabularies the planner counts with (0.1-1 s each, in a worker thread), before the
+        process serves anything, `/readyz` included: never inside a request. Then start sharing what
+        this replica learns (in the background: requests never wait for it)."""
         self.bodies.start()
+        await asyncio.to_thread(self.planner.vocabularies.load)
+        # What they left in Python objects (a tiktoken vocabulary's 150,000 ranks, with the extra),
+        # left out of every later collection, as the app's own objects are.
+        gc.collect()
+        gc.freeze()
         if self.shared:
             await self.shared.start()
 

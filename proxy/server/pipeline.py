@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.bodies.jsonbody import dump_json
+from proxy.counting.calibration import Truncation
 from proxy.engine.plan import ChatPlan
 from proxy.engine.refusal import refusal_for
 from proxy.errors import ProxyError
@@ -47,7 +48,6 @@ from proxy.server.logs import request_id
 from proxy.server.parts import Parts
 from proxy.server.remote_compaction import RemoteCompaction
 from proxy.upstream.overflow import OVERFLOW_STATUSES, parse_overflow
-from proxy.upstream.prompt_reports import Truncation
 from proxy.upstream.streaming import read_raw
 from proxy.ways.base import Answer, read_already
 from proxy.ways.direct import Direct

@@ -1,4 +1,4 @@
-"""Talking to the upstream: the transport, forwarding and streaming, the probes, the planner that
-uses them, and the summariser's calls. It imports the engine, counting and formats, never the
-bridges or the server.
+"""Talking to the upstream: the transport, forwarding and streaming, the probes (windows, exact
+counts), and the summariser's calls. It imports the engine, counting and formats, never the
+planning, the bridges or the server.
 """

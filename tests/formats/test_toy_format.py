@@ -160,7 +160,7 @@ async def test_a_toy_format_refuses_what_cannot_fit_in_its_own_words() -> None:
     )
     assert "The largest part is turns[0], about" in message  # the client's own field, named by the toy
     assert "shorten the system prompt." in message  # the engine's detail, in the toy's words
-    assert not upstream.requests
+    assert not upstream.forwarded
 
 
 async def test_a_toy_formats_broken_stream_ends_with_its_own_event() -> None:

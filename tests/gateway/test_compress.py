@@ -12,6 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.support.compress_calls import compress, never_empty
 from tests.support.conversations import agent_chat
 from tests.support.fakes import RecordingUpstream, proxy_client
 from tests.support.format_chats import as_anthropic
@@ -32,14 +33,6 @@ def chat_over(window: int) -> list[Message]:
         turns = turns * 3 // 2 + 1
 
 
-async def compress(body: dict[str, Any], headers: dict[str, str] | None = None, **settings: Any) -> Any:
-    upstream = RecordingUpstream()
-    async with proxy_client(upstream, **settings) as client:
-        response = await client.post("/v1/compress", json=body, headers=headers or {})
-    assert upstream.requests == []  # answered by the proxy itself
-    return response
-
-
 def paired_chat(rows: list[Message]) -> None:
     """Every tool result answers a call of the assistant message before its run of results."""
     calls: set[str] = set()
@@ -48,16 +41,6 @@ def paired_chat(rows: list[Message]) -> None:
             calls = {c["id"] for c in row.get("tool_calls") or ()}
         elif row["role"] == "tool":
             assert row["tool_call_id"] in calls, row
-
-
-def never_empty(rows: list[Message]) -> None:
-    """No message or text block comes back empty (Anthropic's API refuses one; stubs are "…")."""
-    for row in rows:
-        content = row.get("content")
-        if isinstance(content, list):
-            assert all(b.get("text") != "" for b in content if b.get("type") == "text"), row
-        else:
-            assert content != "" or row.get("tool_calls"), row
 
 
 def paired_anthropic(rows: list[Message]) -> None:

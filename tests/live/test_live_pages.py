@@ -21,7 +21,7 @@ from proxy.live.owners import EVERYTHING, Owners, Sight
 from proxy.live.pages import Page, Pages
 from proxy.live.records import WELLS_AT_ONCE, Records
 from proxy.live.well import PREVIEW_CHARS, PREVIEW_SCAN, _text_start, first_user_text
-from proxy.upstream.planner import Planner
+from proxy.planning.planner import Planner
 from tests.support.fakes import make_settings
 
 ALICE, BOB, ADMIN = b"k-alice", b"k-bob", b"k-admin"

@@ -22,7 +22,7 @@ from proxy.live.owners import EVERYTHING
 from proxy.live.records import Records
 from proxy.live.shared import take
 from proxy.live.well import Decided, build_well
-from proxy.upstream.planner import Planner
+from proxy.planning.planner import Planner
 from tests.support.fakes import RecordingUpstream, completion, make_settings, proxy_client
 from tests.support.format_chats import as_responses
 from tests.support.live_page import as_chat, coding_loop, requests_of

@@ -1,7 +1,7 @@
 """The folders are the layers, and no lower layer imports a higher one (read with `ast`, so an
 import inside a function counts too). Bottom to top: `errors`, `counting/`, `settings`, `engine/`,
-`metrics` and `bodies/`, `formats/`, `upstream/` and `sharing/`, `ways/` and `live/`, `server/` and
-`connections/`, and the commands (`cli`, `demo`, `stub`, `run/`).
+`metrics` and `bodies/`, `formats/`, `upstream/` and `sharing/`, `planning/`, `ways/` and `live/`, `server/`
+and `connections/`, and the commands (`cli`, `demo`, `stub`, `run/`).
 Beside them, tests and benchmarks share one helper package, `tests/support/`, and import nothing
 else of each other.
 
@@ -23,7 +23,7 @@ from tests.support.modules import PROXY, imports, module_name, with_late_line
 ROOT = PROXY.parent
 
 # A module may import modules of its own rank or lower.
-RANKS = {
+RANKS: dict[str, float] = {
     "proxy.errors": 0,
     "proxy.counting": 1,
     "proxy.settings": 2,
@@ -33,6 +33,7 @@ RANKS = {
     "proxy.formats": 5,
     "proxy.upstream": 6,
     "proxy.sharing": 6,
+    "proxy.planning": 6.5,  # deciding a request: over the upstream's probes, under the ways
     "proxy.ways": 7,
     "proxy.live": 7,
     "proxy.connections": 8,
@@ -50,7 +51,7 @@ PURE = ("proxy.engine", "proxy.counting.tokens")
 NOT_PURE = {"httpx", "fastapi", "starlette", "logging", "asyncio", "aiohttp"}
 
 
-def rank(module: str) -> int:
+def rank(module: str) -> float:
     while module not in RANKS:
         module = module.rpartition(".")[0]
     return RANKS[module]
@@ -169,8 +170,8 @@ def test_tests_and_benchmarks_share_only_the_support_package(path: Path) -> None
     [
         ("tests/engine/test_loops.py", "from tests.test_compaction import assert_invariants"),
         ("tests/engine/test_cache_stability.py", "from benchmarks import bench_cache"),
-        ("tests/support/fakes.py", "import benchmarks.run"),
-        ("benchmarks/bench_engine.py", "from tests.test_formats import window_of"),
+        ("tests/support/fakes.py", "import benchmarks.throughput.run"),
+        ("benchmarks/engine/bench_engine.py", "from tests.test_formats import window_of"),
     ],
 )
 def test_the_helper_check_fails_on_a_bad_import(module: str, line: str) -> None:

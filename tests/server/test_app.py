@@ -188,12 +188,12 @@ async def chunked(parts: list[bytes]) -> AsyncIterator[bytes]:
 
 async def test_overflow_reject_answers_context_length_exceeded() -> None:
     upstream = RecordingUpstream()
-    body = {"model": "m", "messages": [{"role": "user", "content": "x" * 40000}]}
+    body = {"model": "m", "messages": [{"role": "user", "content": "word " * 7000}]}  # 7,000 tokens
     async with proxy_client(upstream, window=8000, overflow="reject") as client:
         response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "context_length_exceeded"
-    assert upstream.requests == []
+    assert upstream.forwarded == []
 
 
 async def test_overflow_forward_sends_the_best_effort_and_marks_it() -> None:
@@ -210,15 +210,15 @@ async def test_overflow_forward_sends_the_best_effort_and_marks_it() -> None:
 async def test_over_the_window_is_never_forwarded_even_with_overflow_forward() -> None:
     upstream = RecordingUpstream()
     chat = [*bike_shop_chat(), {"role": "assistant", "content": "Sure."}]
-    chat.append({"role": "user", "content": "Here is my log: " + "x" * 40000})
+    chat.append({"role": "user", "content": "Here is my log: " + "word " * 10000})  # 10,000 tokens
     async with proxy_client(upstream, window=8000) as client:
         response = await client.post("/v1/chat/completions", json={"model": "m", "messages": chat})
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
-    assert "messages[11], about 10008 tokens" in error["message"] and "8000 tokens" in error["message"]
+    assert "messages[11], about 10010 tokens" in error["message"] and "8000 tokens" in error["message"]
     assert error["param"] == "messages[11]"
-    assert upstream.requests == []
+    assert upstream.forwarded == []
 
 
 async def test_headers_hop_by_hop_dropped_authorization_forwarded() -> None:

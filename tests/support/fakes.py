@@ -29,6 +29,22 @@ def completion(content: str = "Hello!", prompt_tokens: int = 10) -> dict[str, An
     }
 
 
+def anthropic_message(
+    text: str = "ok", input_tokens: int = 10, output_tokens: int = 1, model: str = "m"
+) -> dict[str, Any]:
+    """An answer of Anthropic's Messages API, as `completion` is one of Chat Completions."""
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+    }
+
+
 def sse_chunks(words: list[str]) -> list[bytes]:
     chunks = []
     for word in words:
@@ -60,6 +76,9 @@ class ClosingStream(httpx.AsyncByteStream):
         self.closed = True
 
 
+COUNT_PATHS = ("/tokenize", "/apply-template")
+
+
 @dataclass
 class RecordingUpstream:
     """Answers like an OpenAI-compatible server and keeps every request it received."""
@@ -84,6 +103,12 @@ class RecordingUpstream:
     @property
     def last(self) -> httpx.Request:
         return self.requests[-1]
+
+    @property
+    def forwarded(self) -> list[httpx.Request]:
+        """The requests the proxy sent on a client's behalf: all but its own counts (`/tokenize`,
+        `/apply-template`, asked by default before a request near its line is planned)."""
+        return [r for r in self.requests if r.url.path not in COUNT_PATHS]
 
     def last_json(self) -> Any:
         return json.loads(self.last.content)

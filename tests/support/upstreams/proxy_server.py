@@ -6,7 +6,6 @@ working directory, so neither the host's variables nor a stray ``.env`` leak int
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -18,9 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.processes import free_port, log_tail, stop, wait_healthy
+from tests.support.processes import child_environment, free_port, log_tail, running_module, started
 
-STARTUP_TIMEOUT_S = 20.0
+STARTUP_TIMEOUT_S = 60.0  # the four vocabularies are read before /healthz answers: seconds on a busy machine
 
 
 @dataclass(frozen=True)
@@ -31,6 +30,14 @@ class ProxyServer:
 
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
+
+
+@contextmanager
+def running_stub(window: int | None = None) -> Iterator[str]:
+    """The project's stub model server (`python -m proxy.stub`), of `window` tokens if given, on a
+    free port until the block ends; yields its /v1 URL."""
+    with running_module("proxy.stub", *(["--window", str(window)] if window is not None else [])) as root:
+        yield f"{root}/v1"
 
 
 def proxy_command() -> list[str]:
@@ -45,8 +52,7 @@ def running_proxy(
     """Serve the proxy in front of ``upstream_url`` (ending in /v1); extra ``settings`` become
     ``COMPACT_<NAME>`` variables, e.g. ``reply_reserve="64"``. A ``window`` of None leaves the
     proxy's default."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("COMPACT_")}
-    env |= {"COMPACT_UPSTREAM_URL": upstream_url}
+    env = child_environment() | {"COMPACT_UPSTREAM_URL": upstream_url}
     if window is not None:
         env["COMPACT_WINDOW"] = str(window)
     env |= {f"COMPACT_{name.upper()}": value for name, value in settings.items()}
@@ -54,23 +60,17 @@ def running_proxy(
         port = free_port()
         log_path = Path(tmp) / "proxy.log"
         cmd = [*proxy_command(), "--host", "127.0.0.1", "--port", str(port), *args]
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                cmd, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        server = ProxyServer(f"http://127.0.0.1:{port}", process, log_path)
-        try:
-            wait_healthy(
-                server.base_url,
-                "/healthz",
-                process,
-                log_path,
-                timeout=STARTUP_TIMEOUT_S,
-                name="compacting-proxy",
-            )
-            yield server
-        finally:
-            stop(process)
+        with started(
+            cmd,
+            port=port,
+            health="/healthz",
+            log_path=log_path,
+            name="compacting-proxy",
+            cwd=Path(tmp),
+            env=env,
+            timeout=STARTUP_TIMEOUT_S,
+        ) as process:
+            yield ProxyServer(f"http://127.0.0.1:{port}", process, log_path)
 
 
 RETRIES = re.compile(r'^compacting_proxy_overflow_retries_total\{outcome="retried"\} (\S+)$', re.M)
