@@ -3,7 +3,8 @@ loopback, one section per row (row 3 also with the page off, for the window prob
 
 The real `compacting-proxy` runs in front of `Hostile` (an upstream in a thread of this process that
 answers each API). Where a row is about memory, the proxy's RSS is read from `/proc` while the attack
-goes on, and the attack stops as soon as it passes 300 MB (the old page reached gigabytes). Where a
+goes on, and the attack stops as soon as it adds 229 MB to the idle process (`rss_limit_kb`: the
+issue's 300 MB when an idle proxy held 71; the old page reached gigabytes). Where a
 row is about freezing, `/healthz` is polled while the request runs and must answer within 50 ms plus
 the idle noise measured first in the same test (`responsive_during`).
 """
@@ -23,13 +24,18 @@ import h11
 import httpx
 import pytest
 
-from tests.support.health import in_background, parse_time, responsive_during, upstream_and_proxy
+from tests.support.health import (
+    in_background,
+    parse_time,
+    responsive_during,
+    rss_limit_kb,
+    upstream_and_proxy,
+)
 from tests.support.hostile import Proxy
 
 pytestmark = pytest.mark.process
 
 BIG_NAME = 4 * 1024 * 1024
-RSS_LIMIT_MB = 300
 CHAT = "/v1/chat/completions"
 
 
@@ -54,8 +60,8 @@ def rss_mb(proxy: Proxy) -> float:
 
 
 def within_memory(proxy: Proxy, what: str) -> None:
-    rss = rss_mb(proxy)
-    assert rss < RSS_LIMIT_MB, f"RSS {rss:.0f} MB {what}"
+    rss, limit = rss_mb(proxy), rss_limit_kb(proxy) / 1024
+    assert rss < limit, f"RSS {rss:.0f} MB {what}, over {limit:.0f} (idle {proxy.idle_kb / 1024:.0f} MB)"
 
 
 @contextmanager

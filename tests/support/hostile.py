@@ -136,6 +136,7 @@ def hostile_upstream() -> Iterator[Hostile]:
 class Proxy:
     process: subprocess.Popen[bytes]
     base_url: str
+    idle_kb: int = 0  # its RSS once ready, before any request (what memory limits add to)
 
     @property
     def log(self) -> str:
@@ -159,7 +160,9 @@ def proxy_for(upstream_url: str, *, access_log: bool = False, **env: str) -> Ite
     if not access_log:
         args.append("--no-access-log")
     with running(args, ready_url=f"http://127.0.0.1:{port}/healthz", env=environment) as process:
-        yield Proxy(process, f"http://127.0.0.1:{port}")
+        proxy = Proxy(process, f"http://127.0.0.1:{port}")
+        proxy.idle_kb = proxy.rss_kb()
+        yield proxy
 
 
 def counting_upstream(hostile: Hostile) -> None:
