@@ -43,16 +43,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from proxy.engine.cuts import Cuts
-from proxy.engine.index import (
-    LEADING_ROLES,
-    Budget,
-    ConversationIndex,
-    CountMessage,
-    Message,
-    NoteMemo,
-    Policy,
-)
+from proxy.engine.index import Budget, ConversationIndex, CountMessage, NoteMemo, Policy
 from proxy.engine.markers import Marker, assemble, merged_content
+from proxy.engine.reading import LEADING_ROLES, Message
 from proxy.engine.replay import Replay
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from proxy.engine.cuts import MIN_CAP_TOKENS, Cuts
-from proxy.engine.index import Budget, ConversationIndex, Unit
+from proxy.engine.index import Budget, ConversationIndex
+from proxy.engine.reading import Unit
 
 MAX_SETTLE_ROUNDS = 3
 # A kept tool result takes at most this share of the target before older exchanges are dropped for it.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.engine.compaction import CompactionResult
-from proxy.engine.index import LEADING_ROLES
+from proxy.engine.reading import LEADING_ROLES
 from proxy.formats import Conversation
 from proxy.formats.base import Part, decisions
 
