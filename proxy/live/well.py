@@ -131,8 +131,8 @@ def _kind(message: dict[str, Any], role: str, leading: bool, names: dict[str, st
         names.update((str(c.get("id")), n) for c, n in zip(calls, called, strict=True) if isinstance(c, dict))
         return "call", short_name(", ".join(dict.fromkeys(called)))
     if role == "tool":
-        called = names.get(str(message.get("tool_call_id")), str(message.get("name") or ""))
-        return "result", short_name(called)
+        answered = names.get(str(message.get("tool_call_id")), str(message.get("name") or ""))
+        return "result", short_name(answered)
     return ("system" if leading or role not in ("user", "assistant") else role), ""
 
 
