@@ -49,7 +49,7 @@ fi
 
 .venv/bin/ruff check proxy tests scripts benchmarks
 .venv/bin/ruff format --check proxy tests scripts benchmarks
-.venv/bin/mypy proxy
+.venv/bin/mypy proxy benchmarks
 # The live page's store, layout and stream reader without a browser (Node's own test runner, no
 # package): they are the page's ES modules as served. Its browser tier is tests/browser/.
 if command -v node >/dev/null 2>&1; then

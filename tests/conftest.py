@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -27,6 +28,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
 @pytest.fixture(scope="session")
 def working_directories(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cwd")
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[asyncio.Runner]:
+    """One event loop for a module's synchronous tests (hypothesis' cannot be async): an app and its
+    client made once, each request driven with `runner.run(...)`."""
+    with asyncio.Runner() as loop:
+        yield loop
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ chars/4 holds for English prose and undercounts the rest: code by ~8%, number-he
 30-50%, Chinese 3-5x. This estimate charges each class of character what it costs in real BPE
 vocabularies (ASCII letters little, digits, CJK and emoji a lot, spaces nothing) and adds a token
 where merges stop (a lowercase-to-uppercase step, a number after a space). The weights, with
-their reasons below, are fitted by ``benchmarks/bench_estimator.py`` to land between OpenAI's
+their reasons below, are fitted by ``benchmarks/counting/bench_estimator.py`` to land between OpenAI's
 cl100k_base and Qwen2.5's: within ±15% of both on English prose, source code and JSON tool output.
 
 Where one vocabulary needs over 1.35x the other's tokens no single number is within 15% of both:

@@ -10,7 +10,7 @@ The margin is the ratio of two linear counts over the same character classes: an
 o200k_base, Qwen2.5 and Llama 3 on every 1,500-6,000-character window of the benchmark's samples,
 while staying as close to them as it can on prose, code and JSON), over the estimate's own linear count.
 It reads class *pairs* too: where merges stop (`pp`: punctuation runs, `sp`/`ps`: a space next to
-punctuation, `dl`: hex, `lu`: base64's random case). `benchmarks/bench_margin.py` measures it.
+punctuation, `dl`: hex, `lu`: base64's random case). `benchmarks/counting/bench_margin.py` measures it.
 
 One pass in C per text (the estimator's `bytes.translate`, then 14 `bytes.count` (6 more for wide text)), remembered per
 text, since a chat resends its history every turn.
@@ -34,7 +34,7 @@ from proxy.counting.tokens import WrittenJson, json_text_once, text_of
 
 __all__ = ["MIN_MARGIN", "MarginMeter", "calibrated_margin", "text_bounds", "texts"]
 
-# Upper tokens per class (and per pair of neighbouring classes), from `benchmarks/bench_margin.py --fit`.
+# Upper tokens per class (and per pair of neighbouring classes), from `benchmarks/counting/bench_margin.py --fit`.
 _UPPER = (
     (b"l", 0.212),
     (b"u", 0.838),
@@ -60,7 +60,7 @@ _UPPER_WIDE = (  # in the estimator's order of wide classes
 )
 _ESTIMATE = (*_ASCII_WEIGHTS, _CASE_STEP, _SPACED_NUMBER)
 # Whatever the weights say, never less than the estimate's worst error measured per kind of text
-# (`benchmarks/ESTIMATOR.md`): 16% on ASCII text, 40% on CJK, by the share of wide characters. The
+# (`benchmarks/counting/ESTIMATOR.md`): 16% on ASCII text, 40% on CJK, by the share of wide characters. The
 # fitted weights are the finer measure; this floor holds on text unlike any they were fitted on
 # (a `strings` dump: 1.22x under Qwen).
 ASCII_FLOOR = 0.16

@@ -46,7 +46,7 @@ RETRY_MARGIN = 1.05  # a retry aims a little lower than the upstream's own count
 NOTE_MEMO_SIZE = 4096
 # Requests with this much message text are planned in a worker thread: a first plan of it takes about
 # 50 ms here, a warm one 5 ms, so the hop (0.1-0.3 ms) is a few percent of it; smaller requests stay on
-# the loop, where the hop would cost more than it frees (`benchmarks/bench_planning.py`).
+# the loop, where the hop would cost more than it frees (`benchmarks/engine/bench_planning.py`).
 OFFLOAD_CHARS = 500_000
 # ... and so are requests of this many messages, whatever their text: 200,000 empty function calls
 # are seconds of work per step (reading, sizing, planning), all of it per item.

@@ -4,7 +4,7 @@ Planning a long history builds thousands of dicts, lists and tuples that live un
 written (the 2,000-message one: about 5,000 at a time). At the default threshold (700 new
 containers) the collector runs seven times inside each such request, promoting what is alive, so
 that the full collections walk it again with everything the process imported: 0.7 ms of a 9 ms
-`/compact` (`benchmarks/bench_compact_http.py`). What a request builds is freed by its reference
+`/compact` (`benchmarks/throughput/bench_compact_http.py`). What a request builds is freed by its reference
 counts once the request ends, not by the collector.
 """
 

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.bench
 
 
 def printed_commands() -> list[str]:
-    """The commands of BENCHMARKS.md's index table: `python -m benchmarks.x [--quick] [--other]`."""
+    """The commands of BENCHMARKS.md's index table: `python -m benchmarks.group.x [--quick] [--other]`."""
     table = (ROOT / "BENCHMARKS.md").read_text().split("| what | command |", 1)[1].split("\n\n", 1)[0]
-    return re.findall(r"`(python -m benchmarks\.\w+(?: [^`]*)?)`", table)
+    return re.findall(r"`(python -m benchmarks(?:\.\w+)+(?: [^`]*)?)`", table)
 
 
 def runnable(command: str) -> list[str]:
@@ -38,9 +38,9 @@ def test_the_index_lists_the_benchmarks() -> None:
 
 @pytest.mark.parametrize("command", printed_commands())
 def test_a_printed_benchmark_command_runs(command: str) -> None:
-    if "benchmarks.run" in command.split() and shutil.which("wrk") is None:
-        pytest.fail("benchmarks/run.py needs wrk: apt-get install -y wrk (scripts/test.sh does)")
-    pages = sorted([ROOT / "BENCHMARKS.md", *(ROOT / "benchmarks").glob("*.md")])
+    if "benchmarks.throughput.run" in command.split() and shutil.which("wrk") is None:
+        pytest.fail("benchmarks/throughput/run.py needs wrk: apt-get install -y wrk (scripts/test.sh does)")
+    pages = sorted([ROOT / "BENCHMARKS.md", *(ROOT / "benchmarks").rglob("*.md")])
     before = [page.read_bytes() for page in pages]
     done = subprocess.run(runnable(command), cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{command}\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}"
@@ -51,9 +51,9 @@ def test_a_printed_benchmark_command_runs(command: str) -> None:
 @pytest.mark.timeout(600)  # real commands, pytest runs among them, on a shared machine
 def test_the_trajectories_have_their_frameworks_wire_shapes() -> None:
     """bench_trajectories' figures stand for mini-swe-agent and SWE-agent only if its trajectories
-    are shaped as theirs are, and made of real output: `benchmarks/check_trajectories.py` checks it."""
+    are shaped as theirs are, and made of real output: `benchmarks/agents/check_trajectories.py` checks it."""
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.check_trajectories"],
+        [sys.executable, "-m", "benchmarks.agents.check_trajectories"],
         cwd=ROOT,
         capture_output=True,
         text=True,

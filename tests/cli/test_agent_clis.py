@@ -4,26 +4,16 @@ through the real `compacting-proxy` process in front of it (issue 16).
 
 The suite runs a small matrix (each CLI at 32k through the proxy, one direct run each to show the
 server's window bites, the 16k edge, Claude Code with thinking on); the full one, 16k/32k/128k direct
-and proxied, is `python -m benchmarks.bench_agent_clis`.
+and proxied, is `python -m benchmarks.agents.bench_agent_clis`.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.support.agent_clis import CLIENTS, Run, claude_result, installed, run
+from tests.support.agent_clis import CLIENTS, NEEDS_THE_CLIS, Run, claude_result, run
 
-pytestmark = [
-    pytest.mark.cli,
-    pytest.mark.timeout(600),
-    # Skipped by hand without them; in CI (which installs them) their absence is a failure, not a skip.
-    pytest.mark.skipif(
-        not all(installed(c) for c in CLIENTS) and os.environ.get("CI") != "true",
-        reason="the CLIs are not installed: npm install --prefix tests/clis (scripts/test.sh does)",
-    ),
-]
+pytestmark = [pytest.mark.cli, pytest.mark.timeout(600), NEEDS_THE_CLIS]
 STEPS = 60
 
 

@@ -8,7 +8,6 @@ loop past the CLI's loop check through the bridge to a strict Chat Completions s
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from collections.abc import Iterator
@@ -28,10 +27,7 @@ from tests.support.upstreams.proxy_server import running_proxy
 pytestmark = [
     pytest.mark.cli,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        not gemini_cli.installed() and os.environ.get("CI") != "true",
-        reason="Gemini CLI is not installed: npm install --prefix tests/clis (scripts/test.sh does)",
-    ),
+    gemini_cli.NEEDS_GEMINI_CLI,
 ]
 STEPS = 30
 

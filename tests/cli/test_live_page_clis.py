@@ -4,7 +4,6 @@ by its own session header, in its own wire format."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -12,17 +11,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.agent_clis import CLIENTS, client_command, installed, lay_out_tree, model_server
+from tests.support.agent_clis import (
+    CLIENTS,
+    NEEDS_THE_CLIS,
+    client_command,
+    lay_out_tree,
+    model_server,
+)
 from tests.support.processes import free_port
 from tests.support.upstreams.proxy_server import running_proxy
 
-pytestmark = [
-    pytest.mark.cli,
-    pytest.mark.skipif(
-        not all(installed(c) for c in CLIENTS) and os.environ.get("CI") != "true",
-        reason="the CLIs are not installed: npm install --prefix tests/clis (scripts/test.sh does)",
-    ),
-]
+pytestmark = [pytest.mark.cli, NEEDS_THE_CLIS]
 
 WINDOW = 32000
 SESSION = {

@@ -17,7 +17,7 @@ from scripts.aider_venv import binary_path as aider_binary
 from tests.support.agent_clis import (
     BIN,
     CLIENTS,
-    installed,
+    NEEDS_THE_CLIS,
     lay_out_tree,
     model_server,
     run_command,
@@ -26,14 +26,7 @@ from tests.support.agent_clis import (
 from tests.support.processes import free_port
 from tests.support.upstreams.proxy_server import proxy_command
 
-pytestmark = [
-    pytest.mark.cli,
-    pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        not all(installed(c) for c in CLIENTS) and os.environ.get("CI") != "true",
-        reason="the CLIs are not installed: npm install --prefix tests/clis (scripts/test.sh does)",
-    ),
-]
+pytestmark = [pytest.mark.cli, pytest.mark.timeout(600), NEEDS_THE_CLIS]
 WINDOW = 32_000
 STEPS = 16  # enough to outgrow 32k from each CLI's fixed prompt, so the proxy must compact
 USER_FILES = {

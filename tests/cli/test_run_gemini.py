@@ -8,7 +8,6 @@ calls too, asks the upstream's model."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -20,10 +19,7 @@ from tests.support.agent_clis import RUN_MODEL, run_command
 pytestmark = [
     pytest.mark.cli,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(
-        not gemini_cli.installed() and os.environ.get("CI") != "true",
-        reason="Gemini CLI is not installed: npm install --prefix tests/clis (scripts/test.sh does)",
-    ),
+    gemini_cli.NEEDS_GEMINI_CLI,
 ]
 STEPS = 34  # past the 30th turn, when the CLI's loop check first asks the model
 WINDOW = 64_000  # room for the CLI's ~10k-token prompt and the loop: the proxy compacts from ~51k

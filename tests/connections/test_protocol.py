@@ -12,10 +12,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from uvicorn.config import Config
-from uvicorn.server import ServerState
 
 from proxy.connections.protocol import LimitedHttpToolsProtocol
+from tests.support.socketless import RecordingTransport, socketless
 
 LIMIT = 1024
 
@@ -34,36 +33,9 @@ async def echo_size(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": answer})
 
 
-class RecordingTransport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-        self.closing = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.written += data
-
-    def close(self) -> None:
-        self.closing = True
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
 async def serve(reads: list[bytes], answers: int) -> bytes:
     """What the protocol wrote back after `reads`, once `answers` responses are out (or it closed)."""
-    config = Config(app=echo_size, lifespan="off", access_log=False, log_level="warning")
-    config.load()
-    protocol = LimitedHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    protocol = socketless(LimitedHttpToolsProtocol, echo_size)
     protocol.max_header_bytes = LIMIT
     transport = RecordingTransport()
     protocol.connection_made(transport)
@@ -127,9 +99,7 @@ async def test_a_head_just_under_the_limit_passes_in_one_read_or_many() -> None:
 
 
 async def open_protocol(header_timeout: float, body_timeout: float) -> tuple[Any, RecordingTransport]:
-    config = Config(app=echo_size, lifespan="off", access_log=False, log_level="warning")
-    config.load()
-    protocol = LimitedHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    protocol = socketless(LimitedHttpToolsProtocol, echo_size)
     protocol.header_timeout, protocol.body_timeout = header_timeout, body_timeout
     transport = RecordingTransport()
     protocol.connection_made(transport)

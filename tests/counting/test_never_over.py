@@ -23,7 +23,7 @@ from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
 from proxy.planning.planner import Planner
 from proxy.settings import Settings
 from tests.support.kinds import KINDS, text_of_kind
-from tests.support.pastes import lightest_size
+from tests.support.pastes import lightest_size, paste_chat
 from tests.support.upstreams.openai_counting import OpenAICounting, proxy_and_openai
 
 WINDOW = 8192
@@ -48,22 +48,6 @@ def real_size(messages: list[dict[str, Any]]) -> int:
         sum(count(text_of(m.get("content"))) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMER
         for count in rulers()
     )
-
-
-def paste_chat(kind: str, chars: int, *, history: bool) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."}]
-    if history:
-        call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
-        messages += [
-            {"role": "user", "content": "Read the file."},
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c1", "content": text_of_kind(kind, 6000, 8)},
-            {"role": "assistant", "content": "Done."},
-            {"role": "user", "content": "Thanks. One more thing."},
-            {"role": "assistant", "content": "Sure, go ahead."},
-        ]
-    messages.append({"role": "user", "content": "Look at this:\n" + text_of_kind(kind, chars, 1)})
-    return messages
 
 
 @pytest.mark.parametrize("history", [False, True], ids=["paste", "paste-after-history"])

@@ -210,20 +210,9 @@ def claude_code_request(exchanges: int) -> dict[str, Any]:
     ]
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test in src/."}]
     for i in range(exchanges):
-        messages.append(
-            {
-                "role": "assistant",
-                "content": [{"type": "tool_use", "id": f"t{i}", "name": "Tool0", "input": {"i": i}}],
-            }
-        )
-        messages.append(
-            {
-                "role": "user",
-                "content": [
-                    {"type": "tool_result", "tool_use_id": f"t{i}", "content": f"line {i}: ok\n" * 160}
-                ],
-            }
-        )
+        use = {"type": "tool_use", "id": f"t{i}", "name": "Tool0", "input": {"i": i}}
+        result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": f"line {i}: ok\n" * 160}
+        messages += [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
     return {
         "model": "m",
         "max_tokens": 32000,

@@ -1,5 +1,5 @@
-"""The prompt cache survives compaction: a small version of ``benchmarks/bench_cache.py`` and
-``benchmarks/bench_facts.py`` as regression tests.
+"""The prompt cache survives compaction: a small version of ``benchmarks/cache/bench_cache.py`` and
+``benchmarks/notes/bench_facts.py`` as regression tests.
 
 A 60-turn tool-heavy chat growing about 1,000 tokens a turn at a 16,000-token window has about the
 same room-to-growth ratio as the benchmark's 1,900 tokens a turn at 32,000 (the line-to-target room
@@ -120,7 +120,7 @@ def test_notes_keep_far_more_planted_facts_than_the_plain_preview(facts: fact_re
 @pytest.mark.xfail(
     strict=True,
     reason="notes keep the first facts of a result within 240 characters, so ids and amounts planted "
-    "in the middle or at the tail of a big result are mostly lost (see benchmarks/CACHE.md)",
+    "in the middle or at the tail of a big result are mostly lost (see benchmarks/cache/CACHE.md)",
 )
 def test_notes_keep_nine_in_ten_ids_and_amounts(facts: fact_replay.FactsReport) -> None:
     assert facts.share(facts.ours, "id") >= 0.9

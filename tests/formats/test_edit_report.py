@@ -12,6 +12,7 @@ import orjson
 
 from proxy.formats import ANTHROPIC
 from proxy.formats.anthropic_edit_report import AppliedEdits
+from tests.support.fakes import anthropic_message
 
 
 def loop(turns: int) -> list[dict[str, Any]]:
@@ -69,16 +70,7 @@ def test_the_report_is_the_messages_context_management() -> None:
     applied = AppliedEdits(
         ({"type": "clear_tool_uses_20250919", "cleared_tool_uses": 2, "cleared_input_tokens": 9},)
     )
-    message = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "m",
-        "content": [{"type": "text", "text": "hi"}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 5, "output_tokens": 1},
-    }
+    message = anthropic_message("hi", input_tokens=5)
     parsed = orjson.loads(applied.into_body(orjson.dumps(message)))
     assert parsed == {**message, "context_management": {"applied_edits": list(applied.applied_edits)}}
     assert applied.into_body(b'{"type": "error"}') == b'{"type": "error"}'

@@ -21,11 +21,11 @@ from proxy.engine.index import Policy
 from proxy.engine.notes import DROPPED_PREFIX
 from proxy.engine.plan import plan_chat
 from proxy.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
-from tests.support.conversations import agent_chat
+from tests.support.conversations import agent_chat, tool_call
 from tests.support.fakes import RecordingUpstream, proxy_client
 from tests.support.format_chats import ANTHROPIC as ANTHROPIC_SHAPE
 from tests.support.format_chats import RESPONSES as RESPONSES_SHAPE
-from tests.support.format_chats import as_anthropic, as_responses, check_compacted, window_of
+from tests.support.format_chats import as_anthropic, as_responses, check_compacted, posted_to, window_of
 
 Message = dict[str, Any]
 # Keys the adapters read, and a few they do not.
@@ -60,16 +60,8 @@ def tool_chats(draw: st.DrawFn) -> list[Message]:
     for n in range(draw(st.integers(1, 8))):
         messages.append({"role": "user", "content": f"Question {n}: " + "q" * draw(st.integers(0, 300))})
         for _ in range(draw(st.integers(0, 2))):
-            calls = []
-            for _ in range(draw(st.integers(1, 2))):
-                call += 1
-                calls.append(
-                    {
-                        "id": f"call_{call}",
-                        "type": "function",
-                        "function": {"name": "lookup", "arguments": "{}"},
-                    }
-                )
+            calls = [tool_call(f"call_{call + k}", "lookup") for k in range(1, draw(st.integers(1, 2)) + 1)]
+            call += len(calls)
             messages.append({"role": "assistant", "content": None, "tool_calls": calls})
             for c in calls:
                 size = draw(st.integers(0, 3000))
@@ -376,13 +368,7 @@ async def test_azures_other_routes_are_forwarded_as_they_are(path: str, upstream
 
 @pytest.mark.parametrize("path", ["/v1/responses", "/v1/messages"])
 async def test_a_gzipped_history_in_any_format_is_decoded_compacted_and_sent_plain(path: str) -> None:
-    chat = tool_chat_for_app()
-    if path == "/v1/responses":
-        instructions, items = as_responses(chat)
-        body: dict[str, Any] = {"model": "m", "instructions": instructions, "input": items}
-    else:
-        system, messages = as_anthropic(chat)
-        body = {"model": "m", "max_tokens": 50, "system": system, "messages": messages}
+    body = posted_to(path, tool_chat_for_app(), max_tokens=50)
     upstream = RecordingUpstream(respond=lambda request: anthropic_answer(10))
     headers = {"content-type": "application/json", "content-encoding": "gzip"}
     async with proxy_client(upstream, window=4000) as client:

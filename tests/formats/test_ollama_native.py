@@ -11,7 +11,7 @@ import httpx
 from proxy.counting.tokens import RequestCounter, count_chars4
 from proxy.engine.notes import NOTE_PREFIX
 from proxy.formats import OLLAMA
-from tests.support.conversations import SYSTEM, order_result, png
+from tests.support.conversations import SYSTEM, order_result, screenshot_steps
 from tests.support.fakes import ClosingStream, RecordingUpstream, proxy_client
 
 NDJSON = [
@@ -90,20 +90,11 @@ async def test_native_chat_not_streamed_is_read_whole() -> None:
 
 def screenshot_chat(steps: int) -> list[dict[str, Any]]:
     """A UI agent on Ollama: each step a screenshot whose result is a large image and a line of text."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
-    messages.append({"role": "user", "content": "Find the checkout button and click it."})
-    for step in range(steps):
-        call = {"function": {"name": "screenshot", "arguments": {"step": step}}}
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        messages.append(
-            {
-                "role": "tool",
-                "tool_name": "screenshot",
-                "content": f"screen {step}",
-                "images": [png(2048, 2048)],
-            }
-        )
-    return messages
+    opening = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Find the checkout button and click it."},
+    ]
+    return [*opening, *screenshot_steps(steps, 2048, 2048)]
 
 
 def test_the_neutral_ollama_request_links_results_counts_images_and_names_the_reply_limit() -> None:

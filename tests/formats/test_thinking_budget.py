@@ -17,18 +17,19 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tests.support.fakes import RecordingUpstream, proxy_client
+from tests.support.fakes import RecordingUpstream, anthropic_message, proxy_client
 from tests.support.json_handler import JsonHandler
 from tests.support.processes import VENV_BIN, free_port, running
 
 MIN_THINKING_BUDGET = 1024  # Anthropic: 1024 <= budget_tokens < max_tokens
+MODEL = "claude-sonnet-4-5"
 
 
 def anthropic_body(paste_words: int, *, max_tokens: int = 32000, budget: int = 31999) -> dict[str, Any]:
     """A Claude Code-like request: a long pasted document leaves a few thousand tokens of a 32k window."""
     text = " ".join(f"word{i % 97} value" for i in range(paste_words))
     return {
-        "model": "claude-sonnet-4-5",
+        "model": MODEL,
         "max_tokens": max_tokens,
         "thinking": {"type": "enabled", "budget_tokens": budget},
         "system": "You are Claude Code.",
@@ -36,22 +37,12 @@ def anthropic_body(paste_words: int, *, max_tokens: int = 32000, budget: int = 3
     }
 
 
-def anthropic_answer() -> dict[str, Any]:
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": "ok"}],
-        "stop_reason": "end_turn",
-        "usage": {"input_tokens": 10, "output_tokens": 1},
-    }
-
-
 async def post(body: dict[str, Any], **settings: Any) -> tuple[Any, dict[str, Any]]:
     import httpx
 
-    upstream = RecordingUpstream(respond=lambda request: httpx.Response(200, json=anthropic_answer()))
+    upstream = RecordingUpstream(
+        respond=lambda request: httpx.Response(200, json=anthropic_message(model=MODEL))
+    )
     async with proxy_client(upstream, window=32768, clamp_max_tokens=True, **settings) as client:
         response = await client.post("/v1/messages", json=body)
     assert response.status_code == 200, response.text
@@ -121,7 +112,7 @@ class _Anthropic(JsonHandler):
                     400, {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
                 )
                 return
-        self._send(200, anthropic_answer())
+        self._send(200, anthropic_message(model=MODEL))
 
 
 @pytest.mark.process

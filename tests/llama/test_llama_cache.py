@@ -18,7 +18,7 @@ import pytest
 from tests.support import cache_replay
 from tests.support import simulated_chats as sim
 from tests.support.loops import one_request_loop
-from tests.support.server_cache import Run, replay
+from tests.support.server_cache import Message, Run, replay
 from tests.support.upstreams.llama import LlamaServer, count_prompt_tokens, running_llama_server
 from tests.support.upstreams.proxy_server import running_proxy
 
@@ -34,6 +34,18 @@ def server() -> Iterator[LlamaServer]:
         yield running
 
 
+def through_the_proxy(server: LlamaServer, name: str, requests: list[list[Message]]) -> Run:
+    """`requests` replayed through the real proxy, counting with the server's `/tokenize`: each one
+    answered, none over the server's window."""
+    with running_proxy(
+        f"{server.base_url}/v1", "auto", tokenizer="upstream", upstream_kind="openai"
+    ) as proxy:
+        ours = replay(proxy.base_url, name, WINDOW, "ours", requests, lambda h: h)
+    assert ours.refused_at is None and ours.answered == len(requests)
+    assert max(ours.kept) <= server.n_ctx
+    return ours
+
+
 def after_first_cut(run: Run) -> list[int]:
     """The prompt sizes from the first request that came back smaller than the one before."""
     first = next((k for k in range(1, len(run.kept)) if run.kept[k] < run.kept[k - 1]), len(run.kept))
@@ -44,12 +56,7 @@ def after_first_cut(run: Run) -> list[int]:
 def test_the_proxys_cut_keeps_the_servers_cache_warm_in_a_chat(server: LlamaServer) -> None:
     chat = sim.simulate(15, tokens_per_turn=650, seed=0)  # bench_server_cache's quick chat
     name, requests = "chat", [chat.history(k) for k in range(len(chat.requests))]
-    with running_proxy(
-        f"{server.base_url}/v1", "auto", tokenizer="upstream", upstream_kind="openai"
-    ) as proxy:
-        ours = replay(proxy.base_url, name, WINDOW, "ours", requests, lambda h: h)
-    assert ours.refused_at is None and ours.answered == len(requests)
-    assert max(ours.kept) <= server.n_ctx
+    ours = through_the_proxy(server, name, requests)
     compacted = after_first_cut(ours)
     assert len(compacted) >= 5, "the conversation must grow past the line, or this measures nothing"
     # Cut points only: most requests after the first cut reuse what the one before left in the cache.
@@ -77,12 +84,7 @@ def test_the_proxys_cut_keeps_the_servers_cache_in_an_agent_loop(server: LlamaSe
     loop = one_request_loop(24, lines=80)
     ends = [k for k, m in enumerate(loop) if m["role"] == "assistant"] + [len(loop)]
     name, requests = "loop", [loop[:end] for end in ends]
-    with running_proxy(
-        f"{server.base_url}/v1", "auto", tokenizer="upstream", upstream_kind="openai"
-    ) as proxy:
-        ours = replay(proxy.base_url, name, WINDOW, "ours", requests, lambda h: h)
-    assert ours.refused_at is None and ours.answered == len(requests)
-    assert max(ours.kept) <= server.n_ctx
+    ours = through_the_proxy(server, name, requests)
     assert len(after_first_cut(ours)) >= 5, "the loop must grow past the line"
     # 32.6% measured (14 prefix breaks in 25 requests): a guard, not a goal.
     assert ours.share >= 0.25, f"{ours.share:.1%} of prompt tokens from the cache"

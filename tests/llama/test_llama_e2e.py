@@ -83,7 +83,7 @@ def test_long_tool_chat_fails_directly_and_succeeds_through_the_proxy(
     if config == "exact":
         assert retried == 0, "with the server's own counts the first attempt must fit"
     # The estimates the proxy acted on beside the server's real counts: printed (pytest -rP) and
-    # kept as junit properties, for benchmarks/bench_llama_estimate.py's question in test form.
+    # kept as junit properties, for benchmarks/counting/bench_llama_estimate.py's question in test form.
     seen = {
         "estimate_before": int(raw.headers["x-compaction-tokens-before"]),
         "real_before": real_before,

@@ -6,7 +6,7 @@ puts it over the window. A guess never refuses: not even a calibration learned f
 earlier reports of other text.
 
 The ruler and the sized pastes are `tests/support/pastes.py` (the heaviest real count, as in
-`benchmarks/bench_margin.py`).
+`benchmarks/counting/bench_margin.py`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def planner() -> Planner:
     return Planner(Settings(_env_file=None, window=WINDOW, upstream_kind="openai"))  # type: ignore[call-arg]
 
 
-# The requests `python -m benchmarks.bench_margin` found refused at 16efdaf-957c7e4 though they fit
+# The requests `python -m benchmarks.counting.bench_margin` found refused at 16efdaf-957c7e4 though they fit
 # the heaviest vocabulary with the reply's room (80-90% of the window by it): 11 of 408.
 BAND = [("Chinese", 0.85), ("Japanese", 0.8), ("Japanese", 0.85), ("code", 0.85), ("parse tree", 0.9)]
 

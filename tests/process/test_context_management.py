@@ -9,7 +9,6 @@ real proxy process, with the official SDKs as clients.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from tests.support.format_chats import as_anthropic, as_responses
 from tests.support.format_fixtures import WINDOW, last_body, recorded, running_proxy
-from tests.support.processes import free_port, running
+from tests.support.processes import running_module
 from tests.support.upstreams.chats import support_chat
 
 pytestmark = pytest.mark.process
@@ -39,18 +38,8 @@ CLEAR_TOOL_USES = {
 
 @pytest.fixture(scope="module")
 def strict() -> Iterator[str]:
-    port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "tests.support.upstreams.strict",
-        "--port",
-        str(port),
-        "--window",
-        str(WINDOW),
-    ]
-    with running(args, ready_url=f"http://127.0.0.1:{port}/v1/models"):
-        yield f"http://127.0.0.1:{port}"
+    with running_module("tests.support.upstreams.strict", "--window", str(WINDOW)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ talked to with the official OpenAI SDK."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 
 from tests.support.conversations import bike_shop_chat
 from tests.support.processes import VENV_BIN, free_port, running
+from tests.support.upstreams.proxy_server import running_stub
 
 pytestmark = pytest.mark.process  # starts the real proxy (and upstreams) on loopback
 
@@ -24,10 +24,8 @@ TOOLS: list[Any] = [
 
 @pytest.fixture(scope="module")
 def stub_url() -> Iterator[str]:
-    port = free_port()
-    args = [sys.executable, "-m", "proxy.stub", "--port", str(port), "--window", str(WINDOW)]
-    with running(args, ready_url=f"http://127.0.0.1:{port}/v1/models"):
-        yield f"http://127.0.0.1:{port}/v1"
+    with running_stub(WINDOW) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,11 @@ def without(body: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k != key}
 
 
+def shrunk(headers: Any) -> bool:
+    """Whether the proxy's headers say it compacted the request: fewer tokens after than before."""
+    return int(headers["x-compaction-tokens-after"]) < int(headers["x-compaction-tokens-before"])
+
+
 def assert_idempotent(upstream: str, url: str, body: dict[str, Any], headers: dict[str, str]) -> None:
     """The compacted request, sent again, goes through byte for byte."""
     raw = json.dumps(body).encode()
@@ -53,6 +58,16 @@ def assert_idempotent(upstream: str, url: str, body: dict[str, Any], headers: di
 
 def oai(base_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{base_url}/v1", api_key="sk-test", max_retries=0, timeout=30)
+
+
+def long_responses_with(extra: dict[str, Any]) -> dict[str, Any]:
+    """A Responses body over the window with `extra`: a field of the body, or items before the
+    history's (`input_prefix`)."""
+    instructions, items = as_responses(support_chat(10, result_items=20))
+    body: dict[str, Any] = {"model": "small", "instructions": instructions, "input": items}
+    if "input_prefix" in extra:
+        return {**body, "input": [*extra["input_prefix"], *items]}
+    return body | extra
 
 
 def test_responses_a_short_request_goes_through_byte_for_byte(
@@ -77,26 +92,22 @@ def test_responses_a_short_request_goes_through_byte_for_byte(
 def test_responses_a_long_history_is_compacted(
     upstream: str, proxy: str, fresh_record: None, stream: bool
 ) -> None:
-    instructions, items = as_responses(support_chat(10, result_items=20))
-    kwargs: dict[str, Any] = {
-        "model": "small",
-        "instructions": instructions,
-        "input": items,
-        "tools": TOOLS_RESPONSES,
-        "max_output_tokens": 300,
-        "metadata": {"ticket": "4471"},
-        "temperature": 0.2,
-        "stream": stream,
-    }
+    kwargs = long_responses_with(
+        {
+            "tools": TOOLS_RESPONSES,
+            "max_output_tokens": 300,
+            "metadata": {"ticket": "4471"},
+            "temperature": 0.2,
+            "stream": stream,
+        }
+    )
     with pytest.raises(openai.BadRequestError) as direct:
         oai(upstream).responses.create(**kwargs)
     assert direct.value.code == "context_length_exceeded"
     original = last_body(upstream)
 
     with oai(proxy).responses.with_streaming_response.create(**kwargs) as response:
-        assert int(response.headers["x-compaction-tokens-after"]) < int(
-            response.headers["x-compaction-tokens-before"]
-        )
+        assert shrunk(response.headers)
         if stream:
             events = list(response.parse())
             text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
@@ -107,7 +118,7 @@ def test_responses_a_long_history_is_compacted(
 
     sent = last_body(upstream)
     assert without(sent, "input") == without(original, "input"), "only the history may change"
-    assert sent["instructions"] == instructions
+    assert sent["instructions"] == kwargs["instructions"]
     assert sent["input"][0] == original["input"][0], "the leading developer item is never compacted"
     check_compacted(RESPONSES, original["input"], sent["input"])
     # Reasoning stays with the call that follows it.
@@ -127,13 +138,7 @@ def test_responses_a_long_history_is_compacted(
 def test_responses_the_server_keeps_or_compacts_its_history_left_alone(
     upstream: str, proxy: str, fresh_record: None, extra: dict[str, Any]
 ) -> None:
-    instructions, items = as_responses(support_chat(10, result_items=20))
-    body: dict[str, Any] = {"model": "small", "instructions": instructions, "input": items}
-    if "input_prefix" in extra:
-        body["input"] = [*extra["input_prefix"], *items]
-    else:
-        body |= extra
-    raw = json.dumps(body).encode()
+    raw = json.dumps(long_responses_with(extra)).encode()
     response = httpx.post(f"{proxy}/v1/responses", content=raw, headers={"content-type": "application/json"})
     assert response.status_code == 400  # the upstream's own answer, relayed
     assert recorded(upstream)[-1]["body"].encode() == raw
@@ -193,9 +198,7 @@ def test_anthropic_a_long_history_is_compacted(
     original = last_body(upstream)
 
     with claude(proxy).messages.with_streaming_response.create(**kwargs) as response:
-        assert int(response.headers["x-compaction-tokens-after"]) < int(
-            response.headers["x-compaction-tokens-before"]
-        )
+        assert shrunk(response.headers)
         if stream:
             events = list(response.parse())
             text = "".join(
@@ -246,9 +249,7 @@ def test_anthropic_claude_codes_context_management_is_compacted_for_a_local_serv
         claude(upstream).messages.create(**kwargs)
     original = last_body(upstream)
     response = claude(proxy).messages.with_raw_response.create(**kwargs)
-    assert int(response.headers["x-compaction-tokens-after"]) < int(
-        response.headers["x-compaction-tokens-before"]
-    )
+    assert shrunk(response.headers)
     sent = last_body(upstream)
     assert "context_management" not in sent, "applied by the proxy, the field is not forwarded"
     check_compacted(ANTHROPIC, original["messages"], sent["messages"])
@@ -271,17 +272,10 @@ def test_responses_server_compaction_is_compacted_for_a_local_server(
     upstream: str, proxy: str, fresh_record: None, extra: dict[str, Any]
 ) -> None:
     """Only OpenAI's own API implements these; in front of anything else the proxy compacts."""
-    instructions, items = as_responses(support_chat(10, result_items=20))
-    body: dict[str, Any] = {"model": "small", "instructions": instructions, "input": items}
-    if "input_prefix" in extra:
-        body["input"] = [*extra["input_prefix"], *items]
-    else:
-        body |= extra
+    body = long_responses_with(extra)
     response = httpx.post(f"{proxy}/v1/responses", json=body)
     assert response.status_code == 200, response.text
-    assert int(response.headers["x-compaction-tokens-after"]) < int(
-        response.headers["x-compaction-tokens-before"]
-    )
+    assert shrunk(response.headers)
     sent = last_body(upstream)
     kept = without(body, "context_management")
     assert without(sent, "input") == without(kept, "input"), "only the field the proxy applied is taken out"

@@ -10,8 +10,6 @@ operator set only a URL and a token, get a list that fits past a stub a message.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +19,11 @@ import pytest
 
 from tests.support.conversations import agent_chat
 from tests.support.long_histories import long_history
+from tests.support.node import node_client
 from tests.support.upstreams.proxy_server import ProxyServer, running_proxy
 
 pytestmark = pytest.mark.process
 
-NODE_DIR = Path(__file__).parents[1] / "node"
 TOKEN = "kong-proxy-token"
 NOWHERE = "http://127.0.0.1:9/v1"  # the contract never calls the upstream
 
@@ -43,23 +41,12 @@ def history() -> list[dict[str, Any]]:
 
 
 def test_headroom_s_own_client_compresses_and_retrieves(proxy: ProxyServer, tmp_path: Path) -> None:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed: Headroom's Node client cannot be run")
-    if not (NODE_DIR / "node_modules" / "headroom-ai").is_dir():
-        pytest.fail(f"the Node clients are not installed: npm ci --prefix {NODE_DIR}", pytrace=False)
     chat = history()
     path = tmp_path / "chat.json"
     path.write_text(json.dumps({"model": "m", "messages": chat, "tokenBudget": 4096}))
-    run = subprocess.run(
-        [node, str(NODE_DIR / "headroom_client.mjs"), proxy.base_url, "node-key", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=NODE_DIR,
+    out = node_client(
+        "headroom_client.mjs", proxy.base_url, "node-key", str(path), needs="headroom-ai", timeout=120
     )
-    assert run.returncode == 0, run.stderr
-    out = json.loads(run.stdout)
     result = out["result"]
     assert result["compressed"] is True and len(result["messages"]) == len(chat)
     assert result["tokensAfter"] < result["tokensBefore"] and result["ccrHashes"]

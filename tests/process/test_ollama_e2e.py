@@ -19,7 +19,7 @@ import ollama
 import pytest
 from openai import OpenAI
 
-from tests.support.conversations import png
+from tests.support.conversations import screenshot_steps
 from tests.support.upstreams.chats import SYSTEM, TOOLS, parts_result
 from tests.support.upstreams.ollama import FakeOllama, prompt_size, running_fake_ollama
 from tests.support.upstreams.proxy_server import ProxyServer, running_proxy
@@ -216,18 +216,7 @@ def test_ollama_client_tool_loop_with_screenshots_is_compacted_on_the_real_proce
     """Ollama's own shapes through the real process: calls without ids, results named by `tool_name`,
     screenshots as base64 `images`. The old results go, whole with their calls, so the prompt fits
     the request's `num_ctx`; the latest screenshot reaches Ollama as it was sent."""
-    messages: list[Message] = opening()
-    for step in range(10):
-        call = {"function": {"name": "screenshot", "arguments": {"step": step}}}
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        messages.append(
-            {
-                "role": "tool",
-                "tool_name": "screenshot",
-                "content": f"screen {step}",
-                "images": [png(1024, 768)],
-            }
-        )
+    messages: list[Message] = [*opening(), *screenshot_steps(10, 1024, 768)]
     with running_proxy(f"{fake.base_url}/v1", None) as proxy:
         client = ollama.Client(host=proxy.base_url)
         answer = client.chat(model=MODEL, messages=messages, options={"num_ctx": 4096, "temperature": 0})

@@ -16,9 +16,7 @@ import contextlib
 import hashlib
 import http.client
 import json
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +29,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.node import node_client
 from tests.support.upstreams.chats import TOOLS, support_chat
 from tests.support.upstreams.faulty import FaultyUpstream, RequestRecord, serve_in_thread
 from tests.support.upstreams.proxy_server import ProxyServer, running_proxy
@@ -41,7 +40,6 @@ WINDOW = 100_000
 HEADER_LIMIT = 8192  # small, so that a body read together with its head is far over it
 UNDER_THE_LINE = (20_000, 64_000, 150_000)  # bytes: forwarded as they came
 OVER_THE_LINE = (1_000_000, 8_000_000)  # bytes: compacted
-NODE_DIR = Path(__file__).parents[1] / "node"
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +127,6 @@ def test_long_chats_with_the_python_sdk(upstream: FaultyUpstream, proxy: ProxySe
 
 
 def test_long_chats_with_the_node_sdk(upstream: FaultyUpstream, proxy: ProxyServer, tmp_path: Path) -> None:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed: the Node openai SDK cannot be run")
-    if not (NODE_DIR / "node_modules" / "openai").is_dir():
-        pytest.fail(f"the Node clients are not installed: npm ci --prefix {NODE_DIR}", pytrace=False)
     requests: list[dict[str, Any]] = []
     bodies: dict[str, int] = {}
     for stream in (False, True):
@@ -143,15 +136,7 @@ def test_long_chats_with_the_node_sdk(upstream: FaultyUpstream, proxy: ProxyServ
             bodies[tag] = size
     path = tmp_path / "requests.json"
     path.write_text(json.dumps(requests))
-    run = subprocess.run(
-        [node, str(NODE_DIR / "long_chats.mjs"), proxy.base_url + "/v1", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=NODE_DIR,
-    )
-    assert run.returncode == 0, run.stderr
-    results = json.loads(run.stdout)
+    results = node_client("long_chats.mjs", proxy.base_url + "/v1", str(path), needs="openai", timeout=180)
     assert [r.get("error") for r in results] == [None] * len(requests), results
     for result in results:
         tag, size = result["tag"], bodies[result["tag"]]

@@ -22,7 +22,7 @@ import h11
 import httpx
 import pytest
 
-from tests.support.health import parse_time, responsive_during, upstream_and_proxy
+from tests.support.health import in_background, parse_time, responsive_during, upstream_and_proxy
 from tests.support.hostile import Proxy
 
 pytestmark = pytest.mark.process
@@ -88,13 +88,10 @@ def watching(proxy: Proxy, key: str | None = None) -> Iterator[list[bytes]]:
             *frames, buffer = buffer.split(b"\n\n")
             events.extend(f for f in frames if not f.startswith(b":"))
 
-    thread = threading.Thread(target=read, daemon=True)
-    thread.start()
     try:
-        yield events
+        with in_background(read, done, join_s=30):
+            yield events
     finally:
-        done.set()
-        thread.join(timeout=30)
         sock.close()
 
 

@@ -9,7 +9,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,8 @@ import httpx
 import pytest
 
 from tests.support import fake_clis
-from tests.support.processes import free_port, running
-from tests.support.upstreams.proxy_server import proxy_command, running_proxy
+from tests.support.processes import free_port, running_module
+from tests.support.upstreams.proxy_server import proxy_command, running_proxy, running_stub
 
 pytestmark = pytest.mark.process
 WINDOW = 8000
@@ -27,27 +26,15 @@ WINDOW = 8000
 
 @pytest.fixture(scope="module")
 def stub() -> Iterator[str]:
-    port = free_port()
-    args = [sys.executable, "-m", "proxy.stub", "--port", str(port), "--window", str(WINDOW)]
-    with running(args, ready_url=f"http://127.0.0.1:{port}/v1/models"):
-        yield f"http://127.0.0.1:{port}/v1"
+    with running_stub(WINDOW) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def recording() -> Iterator[str]:
     """An upstream that keeps every request it gets, headers included (`GET /_recorded`)."""
-    port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "tests.support.upstreams.formats",
-        "--port",
-        str(port),
-        "--window",
-        "100000",
-    ]
-    with running(args, ready_url=f"http://127.0.0.1:{port}/_recorded"):
-        yield f"http://127.0.0.1:{port}"
+    with running_module("tests.support.upstreams.formats", "--window", "100000", ready="/_recorded") as url:
+        yield url
 
 
 @pytest.fixture
@@ -137,6 +124,15 @@ def test_a_signal_death_is_reported_as_a_shell_does(
     assert fake_clis.recorded(user_record(user))["env"]["ANTHROPIC_MODEL"] == "stub", "the upstream's model"
 
 
+def wait_until_running(process: subprocess.Popen[str], ready: Path) -> None:
+    """Until the fake CLI under `run` says it runs (by the file `ready`), 60 s at most: failing with
+    `run`'s own output when it does not."""
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    assert ready.exists(), process.stderr.read() if process.stderr else ""
+
+
 def test_ctrl_c_reaches_the_cli_and_not_the_proxy(stub: str, user: dict[str, str], tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     env = user | {"FAKE_MODE": "wait", "FAKE_READY": str(ready)}
@@ -146,10 +142,7 @@ def test_ctrl_c_reaches_the_cli_and_not_the_proxy(stub: str, user: dict[str, str
         cmd, env=env, start_new_session=True, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.05)
-        assert ready.exists(), process.stderr.read() if process.stderr else ""
+        wait_until_running(process, ready)
         os.killpg(process.pid, signal.SIGINT)
         assert process.wait(timeout=30) == 130
     finally:
@@ -193,10 +186,7 @@ def test_sigterm_to_run_is_passed_to_the_cli(stub: str, user: dict[str, str], tm
     cmd = [*proxy_command(), "run", "codex", "--upstream", stub]
     process = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.05)
-        assert ready.exists(), process.stderr.read() if process.stderr else ""
+        wait_until_running(process, ready)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 128 + signal.SIGTERM
     finally:
@@ -221,10 +211,7 @@ def test_no_proxy_outlives_a_killed_run(stub: str, user: dict[str, str], tmp_pat
     cmd = [*proxy_command(), "run", "opencode", "--upstream", stub, "--model", "stub"]
     process = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.05)
-        assert ready.exists(), process.stderr.read() if process.stderr else ""
+        wait_until_running(process, ready)
         process.kill()
         process.wait()
         root = fake_clis.recorded(tmp_path / "seen.json")["root"]

@@ -170,8 +170,8 @@ def test_tests_and_benchmarks_share_only_the_support_package(path: Path) -> None
     [
         ("tests/engine/test_loops.py", "from tests.test_compaction import assert_invariants"),
         ("tests/engine/test_cache_stability.py", "from benchmarks import bench_cache"),
-        ("tests/support/fakes.py", "import benchmarks.run"),
-        ("benchmarks/bench_engine.py", "from tests.test_formats import window_of"),
+        ("tests/support/fakes.py", "import benchmarks.throughput.run"),
+        ("benchmarks/engine/bench_engine.py", "from tests.test_formats import window_of"),
     ],
 )
 def test_the_helper_check_fails_on_a_bad_import(module: str, line: str) -> None:

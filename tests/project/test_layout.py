@@ -4,7 +4,8 @@ of `proxy/` it tests (`tests/engine/` for `proxy/engine/`, `tests/test_settings.
 `tests/llama/`, ...), checks of the repository as a whole in `tests/project/`. A plain `pytest`
 skips the tier folders unread, so a whole-tier file left among the fast ones costs every run its
 imports. And every module of `proxy/` where its part of the picture is: each folder's role (below)
-checked on what its modules import and define, each failure saying where the code goes."""
+checked on what its modules import and define, each failure saying where the code goes. And every
+benchmark in the group of what it measures, none at the top of `benchmarks/`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from _pytest.mark.expression import Expression
 
 from proxy.formats.chat import ChatCompletions
+from tests.support.benchmark_groups import BENCHMARKS, GROUPS, misplaced_benchmark
 from tests.support.folders import (
     BRIDGES,
     classes_in,
@@ -224,3 +226,36 @@ def test_the_seam_and_route_checks_say_what_is_missing() -> None:
     assert "registers itself" in (unregistered("carrier_pigeon", "") or "")
     assert "on no route row" in (unrouted("proxy.formats.unrouted", Unrouted) or "")
     assert unrouted("proxy.formats.chat", ChatCompletions) is None
+
+
+# ---------------------------------------------------------------- each benchmark in the group of what it measures
+# (`tests/support/benchmark_groups.py` says each group's role)
+
+
+def test_nothing_but_the_groups_at_the_top_of_benchmarks() -> None:
+    assert [why for path in sorted(BENCHMARKS.iterdir()) if (why := misplaced_benchmark(path))] == []
+
+
+def test_each_group_is_a_package_that_says_what_it_measures() -> None:
+    folders = {p.name for p in BENCHMARKS.iterdir() if p.is_dir() and any(p.glob("*.py"))}
+    assert folders == set(GROUPS), "a folder of benchmarks/ is a group of GROUPS, and each group a folder"
+    for group in GROUPS:
+        init = BENCHMARKS / group / "__init__.py"
+        assert init.exists() and ast.get_docstring(ast.parse(init.read_text())), (
+            f"{init}: say what it measures"
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "goes"),
+    [
+        ("bench_not_written_yet.py", "counting/: the count and the estimate"),
+        ("check_not_written_yet.py", "agents/: the real agent CLIs and real agent trajectories"),
+        ("bench_notes.py", "benchmarks/notes/bench_notes.py is the module of that name now"),
+        ("chat_bodies.py", "benchmarks/throughput/chat_bodies.py is the module of that name now"),
+    ],
+)
+def test_the_benchmark_check_says_where_a_module_at_the_top_goes(name: str, goes: str) -> None:
+    assert goes in (misplaced_benchmark(BENCHMARKS / name) or "")
+    assert misplaced_benchmark(BENCHMARKS / "__init__.py") is None
+    assert misplaced_benchmark(BENCHMARKS / "notes" / "bench_notes.py") is None

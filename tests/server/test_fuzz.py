@@ -151,12 +151,6 @@ ENDPOINTS = ["/v1/chat/completions", "/compact", "/v1/embeddings"]
 
 
 @pytest.fixture(scope="module")
-def runner() -> Iterator[asyncio.Runner]:
-    with asyncio.Runner() as loop:
-        yield loop
-
-
-@pytest.fixture(scope="module")
 def small_window_client(runner: asyncio.Runner) -> Iterator[httpx.AsyncClient]:
     """The app with a window small enough that most fuzzed chats are compacted."""
     upstream = RecordingUpstream()

@@ -26,7 +26,7 @@ import pytest
 from proxy import formats
 from proxy.server.app import create_app
 from tests.support.conversations import bike_shop_chat
-from tests.support.fakes import completion, make_settings, sse_chunks
+from tests.support.fakes import anthropic_message, completion, make_settings, sse_chunks
 from tests.support.format_chats import in_format
 from tests.support.gemini_chats import answer as gemini_answer
 from tests.support.gemini_chats import history as gemini_history
@@ -66,16 +66,7 @@ RESPONSE = {
     ],
     "usage": {"input_tokens": 300, "output_tokens": 2, "total_tokens": 302},
 }
-MESSAGE = {
-    "id": "msg_1",
-    "type": "message",
-    "role": "assistant",
-    "model": "m",
-    "content": [{"type": "text", "text": "Hi."}],
-    "stop_reason": "end_turn",
-    "stop_sequence": None,
-    "usage": {"input_tokens": 300, "output_tokens": 2},
-}
+MESSAGE = anthropic_message("Hi.", input_tokens=300, output_tokens=2)
 OLLAMA_DONE = {
     "model": "m",
     "created_at": "2026-01-01T00:00:00Z",

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.support.fakes import RecordingUpstream, completion, proxy_client
+from tests.support.fakes import RecordingUpstream, anthropic_message, completion, proxy_client
 from tests.support.hostile import (
     Hostile,
     Proxy,
@@ -68,52 +68,25 @@ def long_history(turns: int, size: int = 1200) -> list[dict[str, Any]]:
 
 
 def scripted_for_probes(hostile: Hostile) -> None:
-    def version(h: ScriptedHandler, seen: Seen) -> None:
-        h.json(200, {"version": "0.33.0"})
-
-    def show(h: ScriptedHandler, seen: Seen) -> None:
-        h.json(200, {"parameters": "", "model_info": {"llama.context_length": 2048}})
-
-    def chat(h: ScriptedHandler, seen: Seen) -> None:
-        h.json(200, completion("- the summary"))
-
-    def messages(h: ScriptedHandler, seen: Seen) -> None:
-        h.json(
-            200,
-            {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": "m",
-                "content": [{"type": "text", "text": "ok"}],
-                "stop_reason": "end_turn",
-                "stop_sequence": None,
-                "usage": {"input_tokens": 10, "output_tokens": 1},
-            },
-        )
-
-    def ollama_chat(h: ScriptedHandler, seen: Seen) -> None:
-        h.json(
-            200,
-            {
-                "model": "m",
-                "message": {"role": "assistant", "content": "ok"},
-                "done": True,
-                "done_reason": "stop",
-                "prompt_eval_count": 10,
-                "eval_count": 1,
-            },
-        )
-
+    """Ollama's probes answered (a model of 2,048 tokens), and each API's chat with a small answer."""
+    ollama_answer = {
+        "model": "m",
+        "message": {"role": "assistant", "content": "ok"},
+        "done": True,
+        "done_reason": "stop",
+        "prompt_eval_count": 10,
+        "eval_count": 1,
+    }
+    show = {"parameters": "", "model_info": {"llama.context_length": 2048}}
     hostile.routes.update(
         {
-            "/api/version": version,
-            "/api/show": show,
+            "/api/version": lambda h, s: h.json(200, {"version": "0.33.0"}),
+            "/api/show": lambda h, s: h.json(200, show),
             "/api/ps": lambda h, s: h.json(200, {"models": []}),
             "/v1/models": lambda h, s: h.json(200, {"object": "list", "data": []}),
-            "/v1/chat/completions": chat,
-            "/v1/messages": messages,
-            "/api/chat": ollama_chat,
+            "/v1/chat/completions": lambda h, s: h.json(200, completion("- the summary")),
+            "/v1/messages": lambda h, s: h.json(200, anthropic_message()),
+            "/api/chat": lambda h, s: h.json(200, ollama_answer),
         }
     )
     counting_upstream(hostile)

@@ -2,7 +2,7 @@
 
 The upstream is `tests/support/upstreams/faulty.py` as its own process (in its normal mode), so it does not
 share a core and a GIL with the 200 clients driven from here; the driver is
-`tests/support/load.py`'s, which `benchmarks/bench_streams.py` uses too (a few lines of raw asyncio
+`tests/support/load.py`'s, which `benchmarks/throughput/bench_streams.py` uses too (a few lines of raw asyncio
 HTTP/1.1, cheap enough per stream that the client is not what is measured). Everything is bounded: a round starts no stream after its
 deadline and gives each stream 60 s.
 """
@@ -19,15 +19,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.support.load import (
-    RoundResult,
-    cpu_seconds,
-    drive,
-    fd_count,
-    proxy_process,
-    rss_kib,
-    upstream_process,
-)
+from tests.support.load import RoundResult, drive, proxy_process, upstream_process
+from tests.support.proc import cpu_seconds, fd_count, rss_kib
 from tests.support.upstreams.faulty import serve_in_thread, sse_body
 
 pytestmark = pytest.mark.slow
@@ -125,7 +118,7 @@ def test_200_concurrent_streams_arrive_whole_and_memory_stays_flat(two_rounds: T
 def test_a_warm_pool_costs_no_more_cpu_per_stream_than_a_cold_one(two_rounds: TwoRounds) -> None:
     """A regression test: httpcore 1.0.9's pool, the proxy's first upstream transport, did work per
     pass proportional to (pooled connections)^2, and a second burst of 200 streams, meeting 200 idle
-    connections, cost 5-10x the CPU of the first (benchmarks/LOAD.md)."""
+    connections, cost 5-10x the CPU of the first (benchmarks/throughput/LOAD.md)."""
     first, second = two_rounds.first, two_rounds.second
     # CPU time, not wall time: a noisy neighbour slows both rounds alike but adds little CPU.
     assert second.cpu_s <= 2.5 * first.cpu_s, (first.cpu_s, second.cpu_s)

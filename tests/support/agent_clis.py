@@ -44,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.support.processes import free_port, log_tail, stop, wait_healthy
+from tests.support.processes import free_port, serving
 from tests.support.upstreams.agent_model import DONE_MARK, TASK_MARK
 from tests.support.upstreams.proxy_server import running_proxy
 
@@ -64,6 +65,13 @@ CODEX_EXEC = ("exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-a
 
 def installed(client: str) -> bool:
     return (BIN / client).exists()
+
+
+# Skipped by hand without them; in CI (which installs them) their absence is a failure, not a skip.
+NEEDS_THE_CLIS = pytest.mark.skipif(
+    not all(installed(c) for c in CLIENTS) and os.environ.get("CI") != "true",
+    reason="the CLIs are not installed: npm install --prefix tests/clis (scripts/test.sh does)",
+)
 
 
 def run_cli(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
@@ -170,18 +178,27 @@ def model_server(
     ]
     if tap_to:
         cmd += ["--tap-to", tap_to]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(base, "/healthz", process, log_path, timeout=30, name="agent model")
+    with serving(cmd, port, log_path, name="agent model") as base:
         yield base
-    finally:
-        stop(process)
-        if process.returncode not in (0, -15):
-            print(log_tail(log_path))
+
+
+def home_of_its_own(home: Path) -> dict[str, str]:
+    """`HOME` and the XDG folders in it, where a CLI keeps its settings, sessions and caches."""
+    folders = {"CONFIG": ".config", "DATA": ".local/share", "CACHE": ".cache", "STATE": ".local/state"}
+    return {"HOME": str(home)} | {f"XDG_{kind}_HOME": str(home / at) for kind, at in folders.items()}
+
+
+# What each CLI is told to leave off: its calls home, its updates, its own extras.
+CLAUDE_OFF = (
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    "DISABLE_TELEMETRY",
+    "DISABLE_AUTOUPDATER",
+    "DISABLE_ERROR_REPORTING",
+)
+OPENCODE_OFF = tuple(
+    f"OPENCODE_DISABLE_{what}"
+    for what in ("AUTOUPDATE", "MODELS_FETCH", "LSP_DOWNLOAD", "SHARE", "DEFAULT_PLUGINS", "CLAUDE_CODE")
+)
 
 
 def client_command(
@@ -196,24 +213,10 @@ def client_command(
     """The command line and environment that point `client` at `base` (the server or the proxy).
     `codex_compact_limit`: Codex with its built-in `openai` provider instead (a model it knows,
     `openai_base_url`), compacting remotely at that many tokens."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "TERM": "dumb",
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_DATA_HOME": str(home / ".local/share"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_STATE_HOME": str(home / ".local/state"),
-    }
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TERM": "dumb", **home_of_its_own(home)}
     if client == "claude":
-        env |= {
-            "ANTHROPIC_BASE_URL": base,
-            "ANTHROPIC_API_KEY": "sk-ant-test",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_AUTOUPDATER": "1",
-            "DISABLE_ERROR_REPORTING": "1",
-        }
+        env |= {"ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": "sk-ant-test"}
+        env |= dict.fromkeys(CLAUDE_OFF, "1")
         if not thinking:
             env["MAX_THINKING_TOKENS"] = "0"
         cmd = [
@@ -272,16 +275,8 @@ def client_command(
                 }
             )
         )
-        env |= {
-            "OPENCODE_CONFIG": str(config),
-            "OPENCODE_DISABLE_AUTOUPDATE": "1",
-            "OPENCODE_DISABLE_MODELS_FETCH": "1",
-            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-            "OPENCODE_DISABLE_SHARE": "1",
-            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-            "OPENCODE_DISABLE_CLAUDE_CODE": "1",
-            "OPENCODE_PERMISSION": '{"*": "allow"}',
-        }
+        env |= {"OPENCODE_CONFIG": str(config), "OPENCODE_PERMISSION": '{"*": "allow"}'}
+        env |= dict.fromkeys(OPENCODE_OFF, "1")
         if not own_compaction:
             env["OPENCODE_DISABLE_AUTOCOMPACT"] = "1"
         return [str(BIN / "opencode"), "run", TASK], env
@@ -326,19 +321,9 @@ def run(
             )
             code, output = run_cli(cmd, tree, env, timeout)
             recorded = httpx.get(f"{base}/_recorded", timeout=30).json()
-            sent_bodies = httpx.get(f"{base}/_sent", timeout=60).json() if proxied else {}
-        return summarise(
-            client,
-            window,
-            proxied,
-            thinking,
-            steps,
-            code,
-            output,
-            recorded,
-            sent_bodies,
-            time.monotonic() - started,
-        )
+            sent = httpx.get(f"{base}/_sent", timeout=60).json() if proxied else {}
+        seconds = time.monotonic() - started
+        return summarise(client, window, proxied, thinking, steps, code, output, recorded, sent, seconds)
 
 
 @contextmanager

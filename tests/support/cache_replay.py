@@ -1,6 +1,6 @@
 """Replaying a simulated conversation through a compactor, request by request, as a client that
 keeps the full history does: the pattern's plain algorithm (as the seed writes it) and ours, what
-each sent, the prompt-cache prefix kept between calls. Shared by `benchmarks/bench_cache.py`,
+each sent, the prompt-cache prefix kept between calls. Shared by `benchmarks/cache/bench_cache.py`,
 `bench_loops.py`, `bench_trajectories.py` and the regression tests of `tests/engine/test_cache_stability.py`."""
 
 from __future__ import annotations

@@ -73,6 +73,24 @@ def agent_chat(turns: int, *, seed: int = 0, result_items: int = 30, parallel: i
     return messages
 
 
+def screenshot_steps(steps: int, width: int, height: int) -> list[Message]:
+    """A UI agent's steps on Ollama, in its own shapes: each a screenshot call with no id, and its
+    result named by `tool_name`, a line of text and the screen as a base64 PNG in `images`."""
+    messages: list[Message] = []
+    for step in range(steps):
+        call = {"function": {"name": "screenshot", "arguments": {"step": step}}}
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        messages.append(
+            {
+                "role": "tool",
+                "tool_name": "screenshot",
+                "content": f"screen {step}",
+                "images": [png(width, height)],
+            }
+        )
+    return messages
+
+
 def png(width: int, height: int) -> str:
     """A PNG's signature and header, base64 as Ollama's `images` carry it (the counter reads the size
     from the header)."""

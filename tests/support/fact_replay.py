@@ -1,5 +1,5 @@
 """How many planted facts a level-1 compaction keeps in its notes, against the plain algorithm's
-previews: shared by `benchmarks/bench_facts.py` and `tests/engine/test_cache_stability.py`."""
+previews: shared by `benchmarks/notes/bench_facts.py` and `tests/engine/test_cache_stability.py`."""
 
 from __future__ import annotations
 

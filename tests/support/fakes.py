@@ -29,6 +29,22 @@ def completion(content: str = "Hello!", prompt_tokens: int = 10) -> dict[str, An
     }
 
 
+def anthropic_message(
+    text: str = "ok", input_tokens: int = 10, output_tokens: int = 1, model: str = "m"
+) -> dict[str, Any]:
+    """An answer of Anthropic's Messages API, as `completion` is one of Chat Completions."""
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+    }
+
+
 def sse_chunks(words: list[str]) -> list[bytes]:
     chunks = []
     for word in words:

@@ -72,16 +72,11 @@ def as_responses(messages: list[Item], *, reasoning: bool = True) -> tuple[str, 
             if reasoning:
                 summary = [{"type": "summary_text", "text": "Look it up first."}]
                 items.append({"type": "reasoning", "id": f"rs_{n}", "summary": summary})
-            for call in m["tool_calls"]:
-                function = call["function"]
-                items.append(
-                    {
-                        "type": "function_call",
-                        "call_id": call["id"],
-                        "name": function["name"],
-                        "arguments": function["arguments"],
-                    }
-                )
+            calls = [(c["id"], c["function"]) for c in m["tool_calls"]]
+            items += [
+                {"type": "function_call", "call_id": i, "name": f["name"], "arguments": f["arguments"]}
+                for i, f in calls
+            ]
         else:
             text = {"type": "output_text", "text": m["content"], "annotations": []}
             items.append({"type": "message", "role": "assistant", "content": [text]})
@@ -250,6 +245,16 @@ def in_format(wire: WireFormat, chat: list[dict[str, Any]]) -> dict[str, Any]:
         messages = messages[:-1] if ends_in_results else messages
         return {"model": "m", "system": system, "messages": messages, "max_tokens": 100}
     return {"model": "m", "messages": chat, "max_tokens": 100}
+
+
+def posted_to(path: str, chat: list[Item], *, max_tokens: int) -> dict[str, Any]:
+    """`chat` as the body a client posts to `path`, `/v1/responses` or `/v1/messages` (the one that
+    requires `max_tokens`), for the model "m"."""
+    if path == "/v1/responses":
+        instructions, items = as_responses(chat)
+        return {"model": "m", "instructions": instructions, "input": items}
+    system, messages = as_anthropic(chat)
+    return {"model": "m", "max_tokens": max_tokens, "system": system, "messages": messages}
 
 
 def window_of(tokens: int, keep: int = 2) -> ModelWindow:

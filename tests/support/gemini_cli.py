@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.agent_clis import BIN, CLIS, TASK, lay_out_tree
-from tests.support.processes import free_port, log_tail, stop, wait_healthy
+from tests.support.processes import free_port, serving
 from tests.support.upstreams.agent_model import DONE_MARK
 from tests.support.upstreams.proxy_server import running_proxy
 
@@ -36,6 +37,13 @@ API_KEY = "gemini-test-key-5d1e"
 
 def installed() -> bool:
     return GEMINI.exists()
+
+
+# Skipped by hand without it; in CI (which installs it) its absence is a failure, not a skip.
+NEEDS_GEMINI_CLI = pytest.mark.skipif(
+    not installed() and os.environ.get("CI") != "true",
+    reason="Gemini CLI is not installed: npm install --prefix tests/clis (scripts/test.sh does)",
+)
 
 
 def version() -> str:
@@ -123,19 +131,8 @@ def gemini_model(window: int, steps: int, tree: Path) -> Iterator[str]:
     log_path = tree.parent / f"gemini-model-{port}.log"
     cmd = [sys.executable, "-m", "tests.support.upstreams.gemini_model", "--port", str(port)]
     cmd += ["--window", str(window), "--steps", str(steps), "--tree", str(tree)]
-    root = Path(__file__).resolve().parents[2]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(base, "/healthz", process, log_path, timeout=30, name="gemini model")
+    with serving(cmd, port, log_path, name="gemini model") as base:
         yield base
-    finally:
-        stop(process)
-        if process.returncode not in (0, -15):
-            print(log_tail(log_path))
 
 
 def run(window: int, *, proxied: bool, steps: int = 30, timeout: float = 400) -> GeminiRun:

@@ -12,12 +12,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 import orjson
 
-from tests.support.fakes import completion
+from tests.support.fakes import anthropic_message, completion
 from tests.support.hostile import Hostile, Proxy, ScriptedHandler, Seen, hostile_upstream, proxy_for
 
 HEALTH_SLACK_S = 0.050
@@ -54,19 +53,6 @@ def answer_all(hostile: Hostile) -> None:
             "/": lambda h, s: h.json(200, {"path": s.path}),
         }
     )
-
-
-def anthropic_message() -> dict[str, Any]:
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "m",
-        "content": [{"type": "text", "text": "ok"}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 1},
-    }
 
 
 @contextmanager
@@ -140,6 +126,19 @@ def responsive_during(proxy: Proxy, work: Callable[[], None], floor: float = 0.0
 
 
 @contextmanager
+def in_background(work: Callable[[], None], done: threading.Event, *, join_s: float) -> Iterator[None]:
+    """`work` in a daemon thread while the block runs; then `done` is set (the work watches it) and
+    the thread given `join_s` to end."""
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=join_s)
+
+
+@contextmanager
 def health_during(proxy: Proxy, floor: float = 0.0) -> Iterator[Health]:
     """Measure idle /healthz round trips, then poll /healthz every 10 ms until the block ends. The
     block must not hold this process's GIL long (encode bodies before it): the poller runs here."""
@@ -156,10 +155,5 @@ def health_during(proxy: Proxy, floor: float = 0.0) -> Iterator[Health]:
                 health.busy.append(_timed_get(client))
                 done.wait(0.01)
 
-        thread = threading.Thread(target=poll, daemon=True)
-        thread.start()
-        try:
+        with in_background(poll, done, join_s=60):
             yield health
-        finally:
-            done.set()
-            thread.join(timeout=60)

@@ -1,5 +1,5 @@
 """Texts of the kinds the default estimate undercounts most, for the never-over-the-window tests and
-`benchmarks/bench_margin.py`: Chinese, Japanese, source code, JSON, parse trees (tree-sitter-like
+`benchmarks/counting/bench_margin.py`: Chinese, Japanese, source code, JSON, parse trees (tree-sitter-like
 S-expressions and nested reprs: punctuation-dense tool output) and base64. Deterministic, built from
 the corpus and seeded generators, tiled to any size."""
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from scripts.litellm_venv import LITELLM
-from tests.support.processes import free_port, log_tail, stop, wait_healthy
+from tests.support.processes import free_port, log_tail, started
 
 STARTUP_TIMEOUT_S = 180.0  # importing the proxy takes 10-40 s on a loaded two-core machine
 GUARDRAIL = "headroom-compression"
@@ -94,20 +94,14 @@ def running_litellm(settings: dict[str, Any]) -> Iterator[LiteLLM]:
             "--num_workers",
             "1",
         ]
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                args, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        server = LiteLLM(f"http://127.0.0.1:{port}", process, log_path)
-        try:
-            wait_healthy(
-                server.base_url,
-                "/health/liveliness",
-                process,
-                log_path,
-                timeout=STARTUP_TIMEOUT_S,
-                name="litellm",
-            )
-            yield server
-        finally:
-            stop(process)
+        with started(
+            args,
+            port=port,
+            health="/health/liveliness",
+            log_path=log_path,
+            name="litellm",
+            cwd=Path(tmp),
+            env=env,
+            timeout=STARTUP_TIMEOUT_S,
+        ) as process:
+            yield LiteLLM(f"http://127.0.0.1:{port}", process, log_path)

@@ -1,6 +1,7 @@
 """Many concurrent streams through one real proxy process: the raw asyncio HTTP/1.1 driver (`drive`,
-cheap enough per stream that the client is not what is measured), the two processes and what
-`/proc` says of them. Shared by ``tests/slow/test_load.py`` and ``benchmarks/bench_streams.py``.
+cheap enough per stream that the client is not what is measured) and the two processes (what `/proc`
+says of them: `tests/support/proc.py`). Shared by ``tests/slow/test_load.py`` and
+``benchmarks/throughput/bench_streams.py``.
 """
 
 from __future__ import annotations
@@ -158,23 +159,6 @@ async def drive(
     await asyncio.gather(*tasks, return_exceptions=True)
     result.elapsed = time.monotonic() - started
     return result
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time the process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 @contextmanager

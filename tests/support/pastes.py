@@ -2,7 +2,7 @@
 a kind (`tests.support.kinds`) that is a given share of an 8,192-token window by the heaviest of the
 vocabularies the estimate's margin is fitted on (cl100k_base, o200k_base, Qwen2.5, Llama 3).
 
-The ruler, as in `benchmarks/bench_margin.py`: the heaviest real count, the template's markers added.
+The ruler, as in `benchmarks/counting/bench_margin.py`: the heaviest real count, the template's markers added.
 Needs the `tokenizers` extra (a test using it is skipped without).
 """
 
@@ -43,6 +43,24 @@ def lightest_size(messages: list[dict[str, Any]]) -> int:
 def real_size(messages: list[dict[str, Any]]) -> int:
     count = heaviest()
     return sum(count(text_of(m.get("content"))) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMER
+
+
+def paste_chat(kind: str, chars: int, *, history: bool, seed: int = 1) -> list[dict[str, Any]]:
+    """A system prompt and `chars` of `kind` pasted by the user; with `history`, after a file read
+    (6,000 characters of the kind) and a few words of each side."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."}]
+    if history:
+        call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        messages += [
+            {"role": "user", "content": "Read the file."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": text_of_kind(kind, 6000, seed + 7)},
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "Thanks. One more thing."},
+            {"role": "assistant", "content": "Sure, go ahead."},
+        ]
+    messages.append({"role": "user", "content": "Look at this:\n" + text_of_kind(kind, chars, seed)})
+    return messages
 
 
 def paste(kind: str, fraction: float, seed: int = 1) -> list[dict[str, Any]]:

@@ -94,6 +94,52 @@ def wait_healthy(
     raise ServerStartError(f"{name} not healthy after {timeout:.0f} s; log tail:\n{log_tail(log_path)}")
 
 
+@contextmanager
+def started(
+    cmd: list[str],
+    *,
+    port: int,
+    health: str,
+    log_path: Path,
+    name: str,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`cmd`, a server on `port` with its output in `log_path`, until the block ends: yielded once
+    `health` answers 200 (failing early, with the log, if it exits first), stopped after, and the
+    log's tail printed (in the failing test's output) if it ended otherwise than stopped."""
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", health, process, log_path, timeout=timeout, name=name)
+        yield process
+    finally:
+        stop(process)
+        if process.returncode not in (0, -15):
+            print(log_tail(log_path))
+
+
+@contextmanager
+def running_module(module: str, *args: str, ready: str = "/v1/models") -> Iterator[str]:
+    """`python -m <module> --port P <args>` (a fake upstream of `tests.support.upstreams`) on a free
+    port until the block ends; yields its root URL once `ready` answers 200."""
+    port = free_port()
+    command = [sys.executable, "-m", module, "--port", str(port), *args]
+    with running(command, ready_url=f"http://127.0.0.1:{port}{ready}"):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def serving(cmd: list[str], port: int, log_path: Path, *, name: str) -> Iterator[str]:
+    """`cmd`, run from the repository's root, until the block ends: yields its base URL once its
+    `/healthz` answers."""
+    with started(cmd, port=port, health="/healthz", log_path=log_path, name=name):
+        yield f"http://127.0.0.1:{port}"
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     """Terminate, and kill if it has not exited within a few seconds."""
     if process.poll() is not None:

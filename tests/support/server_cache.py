@@ -1,7 +1,7 @@
 """Replaying a conversation against a llama-server and reading how much of each prompt it took from
 its KV cache (`timings.cache_n`) and how much it evaluated (`timings.prompt_n`), as llama.cpp's
 `result_timings::to_json` (`tools/server/server-task.cpp`) reports them: shared by
-`benchmarks/bench_server_cache.py` and `tests/llama/test_llama_cache.py`."""
+`benchmarks/cache/bench_server_cache.py` and `tests/llama/test_llama_cache.py`."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from proxy.engine.summary import INSTRUCTIONS, SUMMARY_PREFIX, chunks
 from tests.support.conversations import summarised_chat as long_chat
 from tests.support.fakes import SummarisingUpstream, completion, proxy_client
-from tests.support.format_chats import as_anthropic, as_responses
+from tests.support.format_chats import posted_to
 from tests.support.processes import free_port
 
 SETTINGS = {"window": 6000, "summarize": True, "summary_tokens": 200}
@@ -140,13 +139,7 @@ async def test_other_formats_get_the_summary_in_their_own_shape(path: str) -> No
         if request.url.path.endswith("/chat/completions")
         else httpx.Response(200, json={"usage": {"input_tokens": 10}})
     )
-    chat = long_chat()
-    if path == "/v1/responses":
-        instructions, items = as_responses(chat)
-        body: dict[str, Any] = {"model": "m", "instructions": instructions, "input": items}
-    else:
-        system, messages = as_anthropic(chat)
-        body = {"model": "m", "max_tokens": 100, "system": system, "messages": messages}
+    body = posted_to(path, long_chat(), max_tokens=100)
     async with proxy_client(upstream, **SETTINGS) as client:
         response = await client.post(path, json=body)
     assert response.headers["x-compaction-summarized"] == "1"

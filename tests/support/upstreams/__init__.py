@@ -1,1 +1,2 @@
-"""Upstream servers for end-to-end tests: real processes (llama.cpp's llama-server, the proxy itself)."""
+"""Upstream servers for tests and benchmarks: fakes, each behaving as the real server it stands for
+(and saying which), and real processes (llama.cpp's llama-server, the proxy itself)."""

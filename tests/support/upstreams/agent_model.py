@@ -70,7 +70,13 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.counting.tokenizers import load_text_counter
-from tests.support.upstreams.formats import response_object, response_usage
+from tests.support.upstreams.formats import (
+    json_response,
+    message_object,
+    response_object,
+    response_usage,
+    sse,
+)
 
 TASK_MARK = "agent-task-7f3a"
 DONE_MARK = "TASK-COMPLETE"
@@ -267,7 +273,24 @@ class Recorder:
             self.last_items = items
         return sum(size for _, size in items), kept
 
-    def note(self, request: Request, fmt: str, body: dict[str, Any], tokens: int, **more: Any) -> None:
+    def note(
+        self,
+        request: Request,
+        fmt: str,
+        body: dict[str, Any],
+        tokens: int,
+        turn: Turn,
+        orphans: int,
+        **more: Any,
+    ) -> None:
+        """A request as it came: its size, the script's step and the kind of turn it gets, its tool
+        results without a call, the digest of its system part, and `more` of what it asked."""
+        more = {
+            "orphans": orphans,
+            "step": turn.step,
+            "kind": turn.kind,
+            "system": system_digest(fmt, body),
+        } | more
         tap = request.headers.get("x-agent-tap")
         size, kept = self.prefix(fmt, body, more.get("kind") in ("tools", "final"))
         self.received.append(
@@ -288,19 +311,6 @@ class Recorder:
         )
 
 
-def json_response(value: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(value), status_code=status, media_type="application/json")
-
-
-def sse(events: Iterator[tuple[str | None, Any]]) -> Response:
-    chunks = []
-    for name, data in events:
-        head = f"event: {name}\n".encode() if name else b""
-        payload = data if isinstance(data, bytes) else orjson.dumps(data)
-        chunks.append(head + b"data: " + payload + b"\n\n")
-    return Response(b"".join(chunks), media_type="text/event-stream", headers={"cache-control": "no-cache"})
-
-
 def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -311,18 +321,18 @@ def text_of(content: Any) -> str:
     return ""
 
 
+def openai_refusal(message: str, param: str, code: str | None = None) -> Response:
+    """OpenAI's 400 for a request it will not take, its `invalid_request_error` as its API words it."""
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    return json_response({"error": error}, 400)
+
+
 def openai_overflow(window: int, tokens: int, param: str) -> Response:
     message = (
         f"This model's maximum context length is {window} tokens. However, your messages resulted in "
         f"{tokens} tokens. Please reduce the length of the messages."
     )
-    error = {
-        "message": message,
-        "type": "invalid_request_error",
-        "param": param,
-        "code": "context_length_exceeded",
-    }
-    return json_response({"error": error}, 400)
+    return openai_refusal(message, param, "context_length_exceeded")
 
 
 # --- Anthropic Messages ---------------------------------------------------------------------------
@@ -362,10 +372,8 @@ async def messages(request: Request) -> Response:
         "messages",
         body,
         tokens,
-        orphans=orphans,
-        step=turn.step,
-        kind=turn.kind,
-        system=system_digest("messages", body),
+        turn,
+        orphans,
         thinking=(body.get("thinking") or {}).get("type"),
         context_management=body.get("context_management") is not None,
         max_tokens=body.get("max_tokens"),
@@ -397,16 +405,7 @@ async def messages(request: Request) -> Response:
     stop = "tool_use" if turn.calls else "end_turn"
     out_tokens = count(content)
     usage = {"input_tokens": tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    message = {
-        "id": f"msg_{next(rec.ids):024d}",
-        "type": "message",
-        "role": "assistant",
-        "model": body.get("model", ""),
-        "content": content,
-        "stop_reason": stop,
-        "stop_sequence": None,
-        "usage": {**usage, "output_tokens": out_tokens},
-    }
+    message = message_object(next(rec.ids), body, content, stop, {**usage, "output_tokens": out_tokens})
     if body.get("stream") is not True:
         return json_response(message)
 
@@ -492,27 +491,11 @@ async def responses(request: Request) -> Response:
     last_user = "" if tail or not users else text_of(users[-1].get("content"))
     turn = plan(rec.script, tools, tail, orjson.dumps(items).decode(), last_user)
     orphans = responses_orphans(items)
-    rec.note(
-        request,
-        "responses",
-        body,
-        tokens,
-        orphans=orphans,
-        step=turn.step,
-        kind=turn.kind,
-        system=system_digest("responses", body),
-        max_tokens=body.get("max_output_tokens"),
-    )
+    rec.note(request, "responses", body, tokens, turn, orphans, max_tokens=body.get("max_output_tokens"))
     if tokens > rec.window:
         return openai_overflow(rec.window, tokens, "input")
     if orphans:
-        error = {
-            "message": "No tool call found for function call output.",
-            "type": "invalid_request_error",
-            "param": "input",
-            "code": None,
-        }
-        return json_response({"error": error}, 400)
+        return openai_refusal("No tool call found for function call output.", "input")
     n = next(rec.ids)
     rid = f"resp_{n}"
     part = {"type": "output_text", "text": turn.text, "annotations": [], "logprobs": []}
@@ -550,36 +533,11 @@ async def responses(request: Request) -> Response:
                     output_index=i,
                     item={**item, "status": "in_progress", "content": []},
                 )
-                yield ev(
-                    "response.content_part.added",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=0,
-                    part={**part, "text": ""},
-                )
-                yield ev(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=0,
-                    delta=part["text"],
-                    logprobs=[],
-                )
-                yield ev(
-                    "response.output_text.done",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=0,
-                    text=part["text"],
-                    logprobs=[],
-                )
-                yield ev(
-                    "response.content_part.done",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=0,
-                    part=part,
-                )
+                at = {"item_id": item["id"], "output_index": i, "content_index": 0}  # the text part's place
+                yield ev("response.content_part.added", **at, part={**part, "text": ""})
+                yield ev("response.output_text.delta", **at, delta=part["text"], logprobs=[])
+                yield ev("response.output_text.done", **at, text=part["text"], logprobs=[])
+                yield ev("response.content_part.done", **at, part=part)
             else:
                 yield ev(
                     "response.output_item.added",
@@ -640,23 +598,16 @@ async def chat(request: Request) -> Response:
         "chat",
         body,
         tokens,
-        orphans=orphans,
-        step=turn.step,
-        kind=turn.kind,
-        system=system_digest("chat", body),
+        turn,
+        orphans,
         max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
         model=body.get("model"),
     )
     if tokens > rec.window:
         return openai_overflow(rec.window, tokens, "messages")
     if orphans:
-        error = {
-            "message": "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.",
-            "type": "invalid_request_error",
-            "param": "messages",
-            "code": None,
-        }
-        return json_response({"error": error}, 400)
+        message = "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
+        return openai_refusal(message, "messages")
     calls = [
         {"id": cid, "type": "function", "function": {"name": n, "arguments": orjson.dumps(a).decode()}}
         for n, a, cid in turn.calls

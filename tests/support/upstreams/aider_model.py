@@ -35,13 +35,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.support.upstreams.agent_model import count
+from tests.support.upstreams.formats import json_response
 
 EDIT_LINE = 'def greet(name):\n    return f"Hello, {name}!"  # edited-by-aider-model\n'
 SUMMARY_PROMPT = "summarize this partial conversation"
-
-
-def json_response(value: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(value), status_code=status, media_type="application/json")
 
 
 def text_of(content: Any) -> str:

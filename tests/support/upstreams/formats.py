@@ -88,16 +88,19 @@ def prompt_tokens(*parts: Any) -> int:
 
 
 def json_response(value: Any, status: int = 200) -> Response:
+    """A JSON answer, as every fake model server here sends one."""
     return Response(orjson.dumps(value), status_code=status, media_type="application/json")
 
 
 def sse(events: Iterator[tuple[str | None, Any]]) -> Response:
+    """Server-sent events as the APIs frame them: an `event:` line where the API names its events
+    (Anthropic's, Responses'), `data:` with the JSON (or the bytes as given, `[DONE]`), not cached."""
     lines = []
     for name, data in events:
         head = f"event: {name}\n".encode() if name else b""
         payload = data if isinstance(data, bytes) else orjson.dumps(data)
         lines.append(head + b"data: " + payload + b"\n\n")
-    return Response(b"".join(lines), media_type="text/event-stream")
+    return Response(b"".join(lines), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
 def responses_problem(items: Any) -> str | None:
@@ -143,6 +146,22 @@ def response_object(
         "top_p": 1.0,
         "truncation": "disabled",
         "metadata": {},
+        "usage": usage,
+    }
+
+
+def message_object(
+    n: int, body: dict[str, Any], content: list[Any], stop_reason: str, usage: dict[str, Any]
+) -> dict[str, Any]:
+    """An Anthropic Messages `Message`, the `n`th answer, as the API returns it and starts its stream."""
+    return {
+        "id": f"msg_{n:024d}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", ""),
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
         "usage": usage,
     }
 
@@ -276,16 +295,9 @@ async def messages(request: Request) -> Response:
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": cached,
     }
-    message = {
-        "id": f"msg_{n:024d}",
-        "type": "message",
-        "role": "assistant",
-        "model": body.get("model", ""),
-        "content": [{"type": "text", "text": REPLY}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {**usage, "output_tokens": 6},
-    }
+    message = message_object(
+        n, body, [{"type": "text", "text": REPLY}], "end_turn", {**usage, "output_tokens": 6}
+    )
     if body.get("stream") is not True:
         return json_response(message)
 

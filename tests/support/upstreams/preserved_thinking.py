@@ -38,7 +38,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.support.upstreams.agent_model import anthropic_events
-from tests.support.upstreams.formats import json_response, sse
+from tests.support.upstreams.formats import json_response, message_object, sse
 
 SECRET = b"preserved-thinking-fake"
 THINKING = ("thinking", "redacted_thinking")
@@ -121,16 +121,7 @@ async def messages(request: Request) -> Response:
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0,
     }
-    message = {
-        "id": f"msg_{next(state.ids):024d}",
-        "type": "message",
-        "role": "assistant",
-        "model": body.get("model", ""),
-        "content": content,
-        "stop_reason": stop,
-        "stop_sequence": None,
-        "usage": usage,
-    }
+    message = message_object(next(state.ids), body, content, stop, usage)
     if body.get("stream") is not True:
         return json_response(message)
     return sse(anthropic_events(message))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.processes import child_environment, free_port, log_tail, stop, wait_healthy
+from tests.support.processes import child_environment, free_port, log_tail, running_module, started
 
 STARTUP_TIMEOUT_S = 60.0  # the four vocabularies are read before /healthz answers: seconds on a busy machine
 
@@ -30,6 +30,14 @@ class ProxyServer:
 
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
+
+
+@contextmanager
+def running_stub(window: int | None = None) -> Iterator[str]:
+    """The project's stub model server (`python -m proxy.stub`), of `window` tokens if given, on a
+    free port until the block ends; yields its /v1 URL."""
+    with running_module("proxy.stub", *(["--window", str(window)] if window is not None else [])) as root:
+        yield f"{root}/v1"
 
 
 def proxy_command() -> list[str]:
@@ -52,23 +60,17 @@ def running_proxy(
         port = free_port()
         log_path = Path(tmp) / "proxy.log"
         cmd = [*proxy_command(), "--host", "127.0.0.1", "--port", str(port), *args]
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                cmd, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        server = ProxyServer(f"http://127.0.0.1:{port}", process, log_path)
-        try:
-            wait_healthy(
-                server.base_url,
-                "/healthz",
-                process,
-                log_path,
-                timeout=STARTUP_TIMEOUT_S,
-                name="compacting-proxy",
-            )
-            yield server
-        finally:
-            stop(process)
+        with started(
+            cmd,
+            port=port,
+            health="/healthz",
+            log_path=log_path,
+            name="compacting-proxy",
+            cwd=Path(tmp),
+            env=env,
+            timeout=STARTUP_TIMEOUT_S,
+        ) as process:
+            yield ProxyServer(f"http://127.0.0.1:{port}", process, log_path)
 
 
 RETRIES = re.compile(r'^compacting_proxy_overflow_retries_total\{outcome="retried"\} (\S+)$', re.M)

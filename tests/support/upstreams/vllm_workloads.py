@@ -1,5 +1,5 @@
 # ruff: noqa: RUF001  (the Chinese and Japanese sentences use full-width punctuation, as written)
-"""Requests for the window tests and `benchmarks/bench_window_use.py`, sized by an honest upstream's own
+"""Requests for the window tests and `benchmarks/counting/bench_window_use.py`, sized by an honest upstream's own
 count (the vLLM fake's `/tokenize`, llama-server's template and tokenizer).
 
 Texts of each kind, none of them from the corpus the estimate's margin was fitted on
