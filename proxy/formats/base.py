@@ -124,24 +124,6 @@ class WireFormat(Protocol):
         ...
 
 
-class StatelessServer:
-    """The context members of `WireFormat` for an API whose server keeps nothing of a conversation
-    (every request carries all of it): nothing for the server to manage, no context edits for the
-    proxy to apply in its place or to report, no refusal about state kept elsewhere to repair."""
-
-    def server_manages_context(self, body: Body, *, upstream_host: str, upstream_kind: str) -> bool:
-        return False
-
-    def context_edits(self, body: Body) -> Body:
-        return body
-
-    def context_report(self, original: Body, edited: Body) -> None:
-        return None
-
-    def resend_after(self, sent: bytes, status: int, error: bytes) -> None:
-        return None
-
-
 def source_field(conversation: Conversation, index: int, *, items: str, outside: str) -> str:
     """The client's name for neutral message `index`: `items[i]` for the format's item `i` it comes
     from, `outside` for what lives outside the list (no source)."""

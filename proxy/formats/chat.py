@@ -14,7 +14,8 @@ from proxy.counting.tokens import PROMPT_FIELDS
 from proxy.engine.plan import Body, ChatPlan, validated_messages
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, openai_error
-from proxy.formats.base import Conversation, StatelessServer, source_field, sse_error_event
+from proxy.formats.base import Conversation, source_field, sse_error_event
+from proxy.formats.stateless import StatelessServer
 
 # What the planner reads besides the messages: the prompt's other parts and the reply limit.
 NEUTRAL_FIELDS = (*PROMPT_FIELDS, "max_tokens", "max_completion_tokens")

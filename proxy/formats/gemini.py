@@ -34,13 +34,13 @@ from proxy.formats.base import (
     Conversation,
     Message,
     Part,
-    StatelessServer,
     last_count,
     source_field,
     sse_error_event,
     with_decisions,
 )
 from proxy.formats.gemini_read import Calls, chat_tools, read_content, system_text
+from proxy.formats.stateless import StatelessServer
 
 # google.rpc.Code names by HTTP status (what the API's `error.status` says).
 STATUS_NAMES = {
