@@ -32,7 +32,7 @@ Each message is counted once per call; the replay moves pointers forward, so the
 linear in the size of the history.
 
 This module is the engine's face. The conversation is read once into a frozen index (`index.py`,
-with the call's inputs: `Budget`, `Policy`, `NoteMemo`);
+with the call's inputs: `Budget`, `Policy`, `NoteMemo`; the walk of its messages, `reading.py`);
 one replay's progress and decisions are `replay.py`; how a tool result is noted or capped is
 `cuts.py`; where the markers of dropped runs stand is `markers.py`.
 """
