@@ -143,7 +143,7 @@ class Replay:
             return
         self._drop_exchanges(before=kept.first)
         # Whatever is still over: the results already read, biggest first, down to what is left for
-        # them; then the fresh ones, only to the line.
+        # them; then the fresh ones, only to the line (no cap is ever smaller than MIN_CAP_TOKENS).
         self._cap_biggest(kept, floor=MIN_CAP_TOKENS)
         # Only when the protected part alone does not fit even capped: notes for the kept results
         # already read, oldest first, as far as the line needs (the report says which).
