@@ -12,97 +12,70 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from proxy.engine.compaction import CompactionResult
 
+PREFIX = "compacting_proxy_"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TOKEN_BUCKETS = (256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 1048576)
 
 
 class Metrics:
+    """The proxy's series, each declared by its name (after `compacting_proxy_`), what it counts and
+    its labels."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            "compacting_proxy_requests",
-            "Requests answered, by route and status.",
-            ["route", "status"],
-            registry=r,
+        counter, gauge = self._counter, self._gauge
+        self.requests = counter("requests", "Requests answered, by route and status.", "route", "status")
+        self.compactions = counter("compactions", "Requests compacted, by highest level used.", "level")
+        self.overflows = counter("overflows", "Requests still over the line after compaction.", "action")
+        self.tokens_before = counter("tokens_before", "Estimated prompt tokens received.")
+        self.tokens_after = counter("tokens_after", "Estimated prompt tokens forwarded.")
+        self.tokens_saved = counter("tokens_saved", "Estimated prompt tokens removed by compaction.")
+        self.prompt_tokens = self._histogram(
+            "prompt_tokens", "Estimated prompt size of chat requests.", "stage", TOKEN_BUCKETS
         )
-        self.compactions = Counter(
-            "compacting_proxy_compactions",
-            "Requests compacted, by highest level used.",
-            ["level"],
-            registry=r,
-        )
-        self.overflows = Counter(
-            "compacting_proxy_overflows",
-            "Requests still over the line after compaction.",
-            ["action"],
-            registry=r,
-        )
-        self.tokens_before = Counter(
-            "compacting_proxy_tokens_before", "Estimated prompt tokens received.", registry=r
-        )
-        self.tokens_after = Counter(
-            "compacting_proxy_tokens_after", "Estimated prompt tokens forwarded.", registry=r
-        )
-        self.tokens_saved = Counter(
-            "compacting_proxy_tokens_saved", "Estimated prompt tokens removed by compaction.", registry=r
-        )
-        self.prompt_tokens = Histogram(
-            "compacting_proxy_prompt_tokens",
-            "Estimated prompt size of chat requests.",
-            ["stage"],
-            buckets=TOKEN_BUCKETS,
-            registry=r,
-        )
-        self.upstream_latency = Histogram(
-            "compacting_proxy_upstream_latency_seconds",
+        self.upstream_latency = self._histogram(
+            "upstream_latency_seconds",
             "Time until the upstream's response headers arrived.",
-            ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            "route",
+            LATENCY_BUCKETS,
         )
-        self.upstream_errors = Counter(
-            "compacting_proxy_upstream_errors",
-            "Upstream failures: unreachable, timeout, stream broken, 5xx.",
-            ["kind"],
-            registry=r,
+        self.upstream_errors = counter(
+            "upstream_errors", "Upstream failures: unreachable, timeout, stream broken, 5xx.", "kind"
         )
-        self.streams_open = Gauge(
-            "compacting_proxy_streams_open", "Streamed responses being relayed now.", registry=r
+        self.streams_open = gauge("streams_open", "Streamed responses being relayed now.")
+        self.retries = counter(
+            "overflow_retries", "Requests retried after the upstream reported a context overflow.", "outcome"
         )
-        self.retries = Counter(
-            "compacting_proxy_overflow_retries",
-            "Requests retried after the upstream reported a context overflow.",
-            ["outcome"],
-            registry=r,
-        )
-        self.loop_messages = Counter(
-            "compacting_proxy_protected_messages",
+        self.loop_messages = counter(
+            "protected_messages",
             "Messages inside the protected recent part changed by the agent-loop rules, by action.",
-            ["action"],
-            registry=r,
+            "action",
         )
-        self.upstream_truncations = Counter(
-            "compacting_proxy_upstream_truncations",
+        self.upstream_truncations = counter(
+            "upstream_truncations",
             "Chat answers whose reported prompt size shows the upstream cut the prompt silently.",
-            registry=r,
         )
-        self.table_entries = Gauge(
-            "compacting_proxy_table_entries",
+        self.table_entries = gauge(
+            "table_entries",
             "Entries in the proxy's bounded tables keyed by client input (model names, paths).",
-            ["table"],
-            registry=r,
+            "table",
         )
-        self.table_bytes = Gauge(
-            "compacting_proxy_table_bytes",
+        self.table_bytes = gauge(
+            "table_bytes",
             "Bytes held by the proxy's in-process memos (notes and caps, summaries): each bounded by "
             "COMPACT_MEMO_BYTES.",
-            ["table"],
-            registry=r,
+            "table",
         )
-        self.summaries = Counter(
-            "compacting_proxy_summaries", "Summaries of dropped exchanges, by source.", ["source"], registry=r
-        )
+        self.summaries = counter("summaries", "Summaries of dropped exchanges, by source.", "source")
+
+    def _counter(self, name: str, documentation: str, *labels: str) -> Counter:
+        return Counter(PREFIX + name, documentation, labels, registry=self.registry)
+
+    def _gauge(self, name: str, documentation: str, *labels: str) -> Gauge:
+        return Gauge(PREFIX + name, documentation, labels, registry=self.registry)
+
+    def _histogram(self, name: str, documentation: str, label: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(PREFIX + name, documentation, [label], buckets=buckets, registry=self.registry)
 
     def record_compaction(self, result: CompactionResult) -> None:
         self.prompt_tokens.labels("before").observe(result.tokens_before)

@@ -32,7 +32,7 @@ Each message is counted once per call; the replay moves pointers forward, so the
 linear in the size of the history.
 
 This module is the engine's face. The conversation is read once into a frozen index (`index.py`,
-with the call's inputs: `Budget`, `Policy`, `NoteMemo`);
+with the call's inputs: `Budget`, `Policy`, `NoteMemo`; the walk of its messages, `reading.py`);
 one replay's progress and decisions are `replay.py`; how a tool result is noted or capped is
 `cuts.py`; where the markers of dropped runs stand is `markers.py`.
 """
@@ -44,16 +44,9 @@ from dataclasses import dataclass, replace
 from itertools import compress
 
 from proxy.engine.cuts import Cuts
-from proxy.engine.index import (
-    LEADING_ROLES,
-    Budget,
-    ConversationIndex,
-    CountMessage,
-    Message,
-    NoteMemo,
-    Policy,
-)
+from proxy.engine.index import Budget, ConversationIndex, CountMessage, NoteMemo, Policy
 from proxy.engine.markers import Marker, assemble, merged_content
+from proxy.engine.reading import LEADING_ROLES, Message
 from proxy.engine.replay import Replay
 
 

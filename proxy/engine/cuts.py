@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from proxy.counting.tokens import text_of
 from proxy.engine.agent_words import AgentWords
 from proxy.engine.caps import cap_text
-from proxy.engine.index import ConversationIndex, CountMessage, Message, NoteMemo
+from proxy.engine.index import ConversationIndex, CountMessage, NoteMemo
 from proxy.engine.notes import build_note, is_note, note_without_facts
+from proxy.engine.reading import Message
 
 MIN_NOTE_CHARS = 80  # a note's own words, besides its preview
 # Counts of concatenated text differ from the sum of their parts by a token or two at the seams.

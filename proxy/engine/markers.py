@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.counting.tokens import text_of
-from proxy.engine.index import ConversationIndex, CountMessage, Message
+from proxy.engine.index import ConversationIndex, CountMessage
 from proxy.engine.notes import dropped_marker
+from proxy.engine.reading import Message
 
 
 @dataclass(frozen=True, slots=True)

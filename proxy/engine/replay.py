@@ -5,10 +5,14 @@ compactor would have made them. The conversation itself is read from its frozen 
 from __future__ import annotations
 
 import bisect
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from proxy.engine.cuts import MIN_CAP_TOKENS, Cuts
-from proxy.engine.index import Budget, ConversationIndex, Unit
+from proxy.engine.index import Budget, ConversationIndex
+from proxy.engine.reading import Unit
 
 MAX_SETTLE_ROUNDS = 3
 # A kept tool result takes at most this share of the target before older exchanges are dropped for it.
@@ -16,6 +20,15 @@ KEPT_RESULT_SHARE = 0.5
 # Inside a loop, older exchanges are dropped down to this share of the target: each drop changes the
 # history near its start (the whole prompt cache is lost), so drops come in big, rare batches.
 LOOP_DROP_SHARE = 0.5
+
+
+class Kept(NamedTuple):
+    """The tool results the loop keeps whole in one request (`Replay._kept`)."""
+
+    read: Sequence[int]  # the kept results the model has read (before the request's last reply)
+    fresh: Sequence[int]  # those after it: all kept, capped only as far as the line needs
+    first: int  # where the kept results start (the request's end when none is kept)
+    last_call: int  # what the last call (its reply and its results) cost
 
 
 @dataclass(slots=True)
@@ -73,12 +86,8 @@ class Replay:
 
     def _shrink_old(self, keep_from: int) -> None:
         """The seed's rules: touch nothing at or after `keep_from`."""
-        budget, tools, units = self.budget, self.index.tools, self.index.units
-        while self.acc > budget.target and self.next_tool < len(tools) and tools[self.next_tool] < keep_from:
-            i = tools[self.next_tool]
-            self.next_tool += 1
-            if not self.dropped[i]:
-                self._truncate(i)
+        budget, units = self.budget, self.index.units
+        self._note_before(keep_from, while_over=budget.target)
         # Dropping loses whole exchanges: only when truncating was not enough to reach the target,
         # and then in one batch down to `drop_to` of it, so that level 2 moves rarely. Notes that
         # leave the request between the target and the line would only put off the drop a turn or
@@ -109,81 +118,99 @@ class Replay:
         then caps for kept results bigger than their share, then, unless the notes left room enough,
         older exchanges dropped with notes for the kept results already read, then caps for what
         still does not fit. User messages and assistant answers are never touched."""
-        budget, tools, costs = self.budget, self.index.tools, self.costs
-        last = bisect.bisect_left(tools, end)
-        # Results after the request's last assistant message are fresh: the model has not read them
-        # yet. They are all kept, and capped only as far as the line needs, after older material.
-        replies = self.index.replies
-        reply = bisect.bisect_left(replies, end) - 1
-        fresh_from = bisect.bisect_right(tools, replies[reply]) if reply >= 0 else 0
-        kept = tools[max(0, min(last - self.keep_recent_tool_results, fresh_from)) : last]
-        fresh = [i for i in kept if i >= tools[fresh_from]] if fresh_from < last else []
-        read = kept[: len(kept) - len(fresh)]
-        first_kept = kept[0] if kept else end
+        budget = self.budget
+        kept = self._kept(end)
         # Every older result at once, not just down to the target: the next calls then append to an
         # unchanged prefix for longer, and each move costs the cache only the results kept last time.
-        while self.next_tool < last and tools[self.next_tool] < first_kept:
-            i = tools[self.next_tool]
-            self.next_tool += 1
-            if not self.dropped[i]:
-                self._truncate(i)
+        self._note_before(kept.first)
         # With `room_calls`, notes must leave room for that many more calls like the last one (its
         # reply and results), or this request's older exchanges go now (Anthropic's `clear_at_least`):
         # notes that buy less only put off the drop a call, and the prefix breaks twice (at the notes,
         # then at the drop). The price: the drop comes a few calls sooner, and the notes it drops.
-        last_call = sum(self.index.costs[replies[reply] : end]) if reply >= 0 else 0
-        enough = budget.limit - int(self.room_calls * last_call)
+        enough = budget.limit - int(self.room_calls * kept.last_call)
         if self.acc <= enough:
             return
         notes_fit = self.acc <= budget.limit
         # A huge recent result is cut before older exchanges are given up for it: one already read
         # down to the target, a fresh one only down to the line.
-        share = max(MIN_CAP_TOKENS, int(budget.target * KEPT_RESULT_SHARE))
-        for results, aim in ((read, budget.target), (fresh, budget.limit)):
-            for i in sorted(results, key=lambda i: -costs[i]):
-                if self.acc <= budget.limit or costs[i] <= share:
-                    break
-                self._cap(i, max(share, costs[i] - (self.acc - aim)))
+        self._cap_biggest(kept, floor=max(MIN_CAP_TOKENS, int(budget.target * KEPT_RESULT_SHARE)))
         # When caps were needed to get under the line, they are enough: a huge recent result is no
         # reason to give up older exchanges.
         if self.acc <= (enough if notes_fit else budget.limit):
             return
-        exchanges = self.index.exchanges
-        if self.acc <= budget.limit:
-            # Dropped early, only this request's own loop: earlier turns go only for the line.
-            users = self.index.users
-            request_start = users[bisect.bisect_left(users, end) - 1] if users and users[0] < end else 0
-            if self.next_exchange >= len(exchanges) or exchanges[self.next_exchange].start < request_start:
-                return
-        drop_to = int(budget.target * LOOP_DROP_SHARE)
-        while (
-            self.acc > drop_to
-            and self.next_exchange < len(exchanges)
-            and exchanges[self.next_exchange].end <= first_kept
-        ):
-            exchange = exchanges[self.next_exchange]
-            self.next_exchange += 1
-            if exchange.droppable:
-                self._drop(exchange.start, exchange.end)
+        # Dropped early, only this request's own loop: earlier turns go only for the line.
+        if self.acc <= budget.limit and not self._next_exchange_in_request(end):
+            return
+        self._drop_exchanges(before=kept.first)
         # Whatever is still over: the results already read, biggest first, down to what is left for
-        # them; then the fresh ones, only to the line.
-        for results, aim in ((read, budget.target), (fresh, budget.limit)):
-            for i in sorted(results, key=lambda i: -costs[i]):
-                if self.acc <= budget.limit:
-                    break
-                self._cap(i, costs[i] - (self.acc - aim))
+        # them; then the fresh ones, only to the line (no cap is ever smaller than MIN_CAP_TOKENS).
+        self._cap_biggest(kept, floor=MIN_CAP_TOKENS)
         # Only when the protected part alone does not fit even capped: notes for the kept results
         # already read, oldest first, as far as the line needs (the report says which).
-        for i in read:
+        for i in kept.read:
             if self.acc <= budget.limit:
                 break
             if not self.dropped[i] and i not in self.cuts.planned and i not in self.cuts.notes:
                 self._truncate(i)
         # A fresh result capped before the drops gets back what they freed, up to the line.
         caps = self.cuts.caps
-        for i in fresh:
+        for i in kept.fresh:
             if i in caps and self.acc < budget.limit:
-                self._cap(i, costs[i] + budget.limit - self.acc, grow=True)
+                self._cap(i, self.costs[i] + budget.limit - self.acc, grow=True)
+
+    def _kept(self, end: int) -> Kept:
+        """The tool results of `messages[:end]` kept whole in the loop: the last few, and every result
+        after the request's last assistant message, which the model has not read yet (fresh)."""
+        tools, replies = self.index.tools, self.index.replies
+        last = bisect.bisect_left(tools, end)
+        reply = bisect.bisect_left(replies, end) - 1
+        fresh_from = bisect.bisect_right(tools, replies[reply]) if reply >= 0 else 0
+        kept = tools[max(0, min(last - self.keep_recent_tool_results, fresh_from)) : last]
+        fresh = [i for i in kept if i >= tools[fresh_from]] if fresh_from < last else []
+        last_call = sum(self.index.costs[replies[reply] : end]) if reply >= 0 else 0
+        return Kept(kept[: len(kept) - len(fresh)], fresh, kept[0] if kept else end, last_call)
+
+    def _note_before(self, bound: int, *, while_over: float = -math.inf) -> None:
+        """Notes for the tool results before `bound` not passed yet, oldest first, while the request
+        is over `while_over` (all of them, by default)."""
+        tools = self.index.tools
+        while self.acc > while_over and self.next_tool < len(tools) and tools[self.next_tool] < bound:
+            i = tools[self.next_tool]
+            self.next_tool += 1
+            if not self.dropped[i]:
+                self._truncate(i)
+
+    def _cap_biggest(self, kept: Kept, *, floor: int) -> None:
+        """Caps for the kept results, biggest first, none below `floor`, until the request is under
+        the line: those already read down to what the target leaves them, fresh ones to the line."""
+        budget, costs = self.budget, self.costs
+        for results, aim in ((kept.read, budget.target), (kept.fresh, budget.limit)):
+            for i in sorted(results, key=lambda i: -costs[i]):
+                if self.acc <= budget.limit or costs[i] <= floor:
+                    break
+                self._cap(i, max(floor, costs[i] - (self.acc - aim)))
+
+    def _next_exchange_in_request(self, end: int) -> bool:
+        """Whether the next exchange to drop belongs to the request `messages[:end]` itself (its own
+        loop), not to an earlier turn."""
+        exchanges, users = self.index.exchanges, self.index.users
+        request_start = users[bisect.bisect_left(users, end) - 1] if users and users[0] < end else 0
+        return self.next_exchange < len(exchanges) and exchanges[self.next_exchange].start >= request_start
+
+    def _drop_exchanges(self, *, before: int) -> None:
+        """The older tool exchanges, ending by `before`, dropped oldest first down to `LOOP_DROP_SHARE`
+        of the target: each drop breaks the prompt cache, so drops come in big, rare batches."""
+        exchanges = self.index.exchanges
+        drop_to = int(self.budget.target * LOOP_DROP_SHARE)
+        while (
+            self.acc > drop_to
+            and self.next_exchange < len(exchanges)
+            and exchanges[self.next_exchange].end <= before
+        ):
+            exchange = exchanges[self.next_exchange]
+            self.next_exchange += 1
+            if exchange.droppable:
+                self._drop(exchange.start, exchange.end)
 
     def _truncate(self, i: int) -> None:
         """Plan a note for tool result `i` (written at the end, if it survives)."""

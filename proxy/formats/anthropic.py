@@ -43,13 +43,13 @@ from proxy.formats.anthropic_thinking import (
 from proxy.formats.base import (
     Conversation,
     Message,
-    Part,
     rebuild,
     rewrite_items,
     source_field,
     sse_error_event,
     str_field,
 )
+from proxy.formats.sources import Part
 
 TOOL_USES = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 THINKING = frozenset({"thinking", "redacted_thinking"})

@@ -16,10 +16,9 @@ merged into the neighbouring assistant turn where no role fits. Nothing else in 
 from __future__ import annotations
 
 import re
-from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, overload
+from typing import Any, Protocol
 
 import orjson
 
@@ -29,50 +28,9 @@ from proxy.engine.plan import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError
 from proxy.formats.reports import AnswerReport
+from proxy.formats.sources import Part
 
 Message = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    """Where a neutral message comes from: an item of the format's list (a message, an input item),
-    or one content block of it when the adapter splits an item into several neutral messages."""
-
-    item: int
-    block: int | None = None
-
-
-class ItemRuns(Sequence[tuple[Part, ...]]):
-    """Sources where each neutral message stands for a run of whole items, or for none (what lives
-    outside the list): two integers a message instead of a tuple of `Part`s, the parts made when
-    asked for. A history of 200,000 items keeps 3 MB of them instead of 25."""
-
-    def __init__(self) -> None:
-        self.starts = array("q")
-        self.ends = array("q")
-
-    def append(self, start: int, end: int) -> None:
-        """The next message stands for items `start` to `end` (excluded)."""
-        self.starts.append(start)
-        self.ends.append(end)
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    @overload
-    def __getitem__(self, index: int) -> tuple[Part, ...]: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[tuple[Part, ...]]: ...
-
-    def __getitem__(self, index: int | slice) -> tuple[Part, ...] | Sequence[tuple[Part, ...]]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return tuple(Part(item) for item in range(self.starts[index], self.ends[index]))
-
-    def __iter__(self) -> Iterator[tuple[Part, ...]]:
-        for start, end in zip(self.starts, self.ends, strict=True):
-            yield tuple(Part(item) for item in range(start, end))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,15 @@ from proxy.engine.plan import Body, ChatPlan, validated_messages
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, openai_error
 from proxy.formats.base import Conversation, source_field, sse_error_event
+from proxy.formats.stateless import StatelessServer
 
 # What the planner reads besides the messages: the prompt's other parts and the reply limit.
 NEUTRAL_FIELDS = (*PROMPT_FIELDS, "max_tokens", "max_completion_tokens")
 
 
-class ChatCompletions:
+class ChatCompletions(StatelessServer):
+    """OpenAI's Chat Completions, which has no server-side context management."""
+
     name = "chat"
     reply_field: str | None = None  # the neutral request's own
 
@@ -54,18 +57,6 @@ class ChatCompletions:
 
     def client_field(self, body: Body, conversation: Conversation, index: int) -> str:
         return source_field(conversation, index, items="messages", outside="messages")
-
-    def server_manages_context(self, body: Body, *, upstream_host: str, upstream_kind: str) -> bool:
-        return False  # Chat Completions has no server-side context management
-
-    def context_edits(self, body: Body) -> Body:
-        return body
-
-    def context_report(self, original: Body, edited: Body) -> None:
-        return None
-
-    def resend_after(self, sent: bytes, status: int, error: bytes) -> None:
-        return None
 
     def overflow_message(self, refusal: Refusal) -> str:
         """OpenAI's own wording ("This model's maximum context length is N tokens. However, ...")."""

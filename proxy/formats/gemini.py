@@ -33,13 +33,14 @@ from proxy.errors import ContextOverflowError, ProxyError
 from proxy.formats.base import (
     Conversation,
     Message,
-    Part,
     last_count,
     source_field,
     sse_error_event,
     with_decisions,
 )
 from proxy.formats.gemini_read import Calls, chat_tools, read_content, system_text
+from proxy.formats.sources import Part
+from proxy.formats.stateless import StatelessServer
 
 # google.rpc.Code names by HTTP status (what the API's `error.status` says).
 STATUS_NAMES = {
@@ -70,8 +71,9 @@ def gemini_error(
     return orjson.dumps({"error": {"code": status, "message": message, "status": name}})
 
 
-class Gemini:
-    """The Gemini API's `generateContent` (`stream=False`) or `streamGenerateContent`."""
+class Gemini(StatelessServer):
+    """The Gemini API's `generateContent` (`stream=False`) or `streamGenerateContent`: its server
+    keeps no history, every request carries all of it."""
 
     reply_field = "generationConfig.maxOutputTokens"
 
@@ -140,18 +142,6 @@ class Gemini:
 
     def client_field(self, body: Body, conversation: Conversation, index: int) -> str:
         return source_field(conversation, index, items="contents", outside="systemInstruction")
-
-    def server_manages_context(self, body: Body, *, upstream_host: str, upstream_kind: str) -> bool:
-        return False  # the Gemini API keeps no history: every request carries all of it
-
-    def context_edits(self, body: Body) -> Body:
-        return body
-
-    def context_report(self, original: Body, edited: Body) -> None:
-        return None
-
-    def resend_after(self, sent: bytes, status: int, error: bytes) -> None:
-        return None
 
 
 def _with_limit(config: dict[str, Any], limit: int) -> dict[str, Any]:

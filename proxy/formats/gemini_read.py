@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.counting.tokens import json_text
-from proxy.formats.base import Message, Part, str_field
+from proxy.formats.base import Message, str_field
+from proxy.formats.sources import Part
 
 
 class Calls:

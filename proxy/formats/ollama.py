@@ -24,8 +24,9 @@ from proxy.engine.markers import merged_content
 from proxy.engine.plan import Body, ChatPlan, validated_messages
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ProxyError
-from proxy.formats.base import Conversation, Part, with_decisions
+from proxy.formats.base import Conversation, with_decisions
 from proxy.formats.chat import ChatCompletions
+from proxy.formats.sources import Part
 
 Message = dict[str, Any]
 

@@ -35,7 +35,6 @@ from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError, ErrorShape, ProxyError, openai_error
 from proxy.formats.base import (
     Conversation,
-    ItemRuns,
     Message,
     last_count,
     source_field,
@@ -43,6 +42,7 @@ from proxy.formats.base import (
     str_field,
     with_decisions,
 )
+from proxy.formats.sources import ItemRuns
 
 NOTED_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 SERVER_COMPACTION = frozenset({"compaction", "compaction_summary"})

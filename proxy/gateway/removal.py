@@ -17,7 +17,8 @@ from typing import Any
 
 from proxy.engine.markers import Marker
 from proxy.formats.anthropic import merge_marker_texts
-from proxy.formats.base import Decisions, Part, rebuilt_from, rewrite_items
+from proxy.formats.base import Decisions, rebuilt_from, rewrite_items
+from proxy.formats.sources import Part
 from proxy.gateway.view import Decided, Run
 
 

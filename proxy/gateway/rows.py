@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from proxy.formats import Conversation
-from proxy.formats.base import Part
+from proxy.formats.sources import Part
 from proxy.gateway.contract import ANTHROPIC
 from proxy.gateway.view import Decided
 

@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.engine.compaction import CompactionResult
-from proxy.engine.index import LEADING_ROLES
+from proxy.engine.reading import LEADING_ROLES
 from proxy.formats import Conversation
-from proxy.formats.base import Part, decisions
+from proxy.formats.base import decisions
+from proxy.formats.sources import Part
 
 Message = dict[str, Any]
 STAND_IN_TOOL = "tool"  # the name of a stand-in call (the withheld call's own is unknown)

@@ -6,7 +6,7 @@ overflow and when it has answered. The store keeps the last `ui_conversations` c
 with its last `ui_requests` records, and the proxy's totals since start (SENT), also per key when
 `COMPACT_API_KEYS` tells clients apart (`owners.py`). When a page is watching (`pages.py`), each
 change is offered to the pages that may see it, and the well of the request (its blocks, `well.py`)
-is built in a worker thread after the request; nobody watching, nothing more is done.
+is built in a worker thread after the request (`drawing.py`); nobody watching, nothing more is done.
 
 With `COMPACT_CACHE_URL` set, a `RecordLink` (`shared.py`) sends each change to the other replicas,
 and it adds theirs here, so every replica's page shows every replica's traffic.
@@ -14,8 +14,6 @@ and it adds theirs here, so every replica's page shows every replica's traffic.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
@@ -26,6 +24,7 @@ from proxy.counting.tokens import RequestCounter
 from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation
 from proxy.live.answers import cached_tokens
+from proxy.live.drawing import Well, Wells
 from proxy.live.entries import (
     REMOTE_HEADERS,
     ConversationLog,
@@ -39,13 +38,9 @@ from proxy.live.entries import (
 from proxy.live.identity import MAX_NAME_CHARS, conversation_key, owned_key, short_name
 from proxy.live.owners import EVERYTHING, Owners, Sight
 from proxy.live.pages import Pages
-from proxy.live.well import Decided, build_well, first_change, first_user_text
+from proxy.live.well import Decided, first_change, first_user_text
 from proxy.settings import Settings
 from proxy.upstream.overflow import Overflow
-
-logger = logging.getLogger("proxy")
-
-WELLS_AT_ONCE = 8  # wells being built (each holds its request until it is done)
 
 
 class Records:
@@ -65,7 +60,7 @@ class Records:
         self.pages = Pages(settings.ui_streams)
         self.started = time.time()
         self._seq = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.wells = Wells(counter_for, self.content)
         self.link: RecordLink | None = None  # the other replicas, when they share the page
 
     @property
@@ -97,56 +92,19 @@ class Records:
         if not self.enabled:
             return None
         request = conversation.request
-        key, source = conversation_key(headers, request)
-        owner = self.owners.owner_of(headers) if self.owners.keyed else ""
-        if owner:
-            key = owned_key(owner, key)
         model = plan.model if len(plan.model) <= MAX_NAME_CHARS else short_name(plan.model)
-        log = self.conversations.get(key)
-        if log is None:
-            log = self.open_log(key, source, fmt, model, time.time(), self._preview(request), owner)
-        else:
-            self.conversations.move_to_end(key)
-            log.format, log.model = fmt, model or log.model
-        seq = self.next_seq()
-        result = plan.result
-        decided = Decided.of(result, len(request.get("messages") or ()))
-        struck, prefix = first_change(log.decided, decided)
+        log = self._log_of(headers, request, fmt, model)
+        decided = Decided.of(plan.result, len(request.get("messages") or ()))
         shown = remote.window if remote else plan  # the model's own window and line
-        record = Record(
-            seq=seq,
-            at=time.time(),
-            key=key,
-            format=fmt,
-            model=model,
-            messages=decided.messages,
-            window=shown.window.window,
-            line=shown.budget.limit,
-            target=plan.budget.target,
-            reply=reply_room(shown),
-            fixed=plan.budget.fixed,
-            before=result.tokens_before,
-            after=result.tokens_after,
-            truncated=len(result.truncated),
-            capped=len(result.capped),
-            dropped=len(result.dropped),
-            summarized=plan.summarized,
-            protected_from=result.protected_from,
-            struck=struck,
-            prefix=prefix,
-            overflow=result.overflow,
-            refused=result.over_window or (result.overflow and self.refuse_over_line),
-            counted_by=plan.counted_by,
-            headers=REMOTE_HEADERS if remote else plan.headers(),
-        )
+        record = self._record(log, model, decided, plan, shown)
         if remote:
-            record.remote = remote.figures()
+            record.remote, record.headers = remote.figures(), REMOTE_HEADERS
         log.previous, log.decided = log.decided, decided
         log.records.append(record)
         self.tally(log, record, +1, request=True)
         self._changed(log, record)
         if self.watched:
-            self._build_well(log, record, conversation, plan, shown)
+            self._draw_well(log, record, conversation, plan, shown)
         return record
 
     def retried(
@@ -172,7 +130,7 @@ class Records:
         self.tally(log, record, +1)
         self._changed(log, record)
         if latest and self.watched:
-            self._build_well(log, record, conversation, plan, plan)
+            self._draw_well(log, record, conversation, plan, plan)
 
     def answered(
         self, record: Record | None, reported: int | None, tail: bytes, truncation: Truncation | None = None
@@ -230,6 +188,55 @@ class Records:
 
     # ------------------------------------------------------------------ inside
 
+    def _log_of(
+        self, headers: Iterable[tuple[bytes, bytes]], request: dict[str, Any], fmt: str, model: str
+    ) -> ConversationLog:
+        """The log of the request's conversation (of its key's owner), the newest now; opened when new."""
+        key, source = conversation_key(headers, request)
+        owner = self.owners.owner_of(headers) if self.owners.keyed else ""
+        if owner:
+            key = owned_key(owner, key)
+        log = self.conversations.get(key)
+        if log is None:
+            return self.open_log(key, source, fmt, model, time.time(), self._preview(request), owner)
+        self.conversations.move_to_end(key)
+        log.format, log.model = fmt, model or log.model
+        return log
+
+    def _record(
+        self, log: ConversationLog, model: str, decided: Decided, plan: ChatPlan, shown: ChatPlan
+    ) -> Record:
+        """The next record of `log`, a planned request's figures: the window, line and reply room
+        `shown` (a remote compaction's are the model's own), the rest its plan's."""
+        result = plan.result
+        struck, prefix = first_change(log.decided, decided)
+        return Record(
+            seq=self.next_seq(),
+            at=time.time(),
+            key=log.key,
+            format=log.format,
+            model=model,
+            messages=decided.messages,
+            window=shown.window.window,
+            line=shown.budget.limit,
+            target=plan.budget.target,
+            reply=reply_room(shown),
+            fixed=plan.budget.fixed,
+            before=result.tokens_before,
+            after=result.tokens_after,
+            truncated=len(result.truncated),
+            capped=len(result.capped),
+            dropped=len(result.dropped),
+            summarized=plan.summarized,
+            protected_from=result.protected_from,
+            struck=struck,
+            prefix=prefix,
+            overflow=result.overflow,
+            refused=result.over_window or (result.overflow and self.refuse_over_line),
+            counted_by=plan.counted_by,
+            headers=plan.headers(),
+        )
+
     def _changed(self, log: ConversationLog, record: Record) -> None:
         """Show a new or changed record to the pages watching, and send it to the other replicas."""
         if self.pages.open_pages:
@@ -261,7 +268,7 @@ class Records:
             "record", log.owner, data, None if own is None else {**data, "totals": own.to_json()}
         )
 
-    def _build_well(
+    def _draw_well(
         self,
         log: ConversationLog,
         record: Record,
@@ -269,22 +276,10 @@ class Records:
         plan: ChatPlan,
         shown: ChatPlan,
     ) -> None:
-        """The latest request's blocks, counted after the request has gone on, in a worker thread:
-        a page watching never holds the event loop (a request of 30 MB of text took it for 0.5 s).
-        At most `WELLS_AT_ONCE` are under way: past that, under a flood, a request has no well (its
-        record still shows), and no more requests wait in memory for theirs."""
-        if len(self._tasks) >= WELLS_AT_ONCE:
-            return
-        decided, previous = log.decided, log.previous
-        assert decided is not None
-        args = (conversation.request, plan, self.counter_for(plan), decided, previous, self.content)
+        """The latest request's well, drawn off the loop (`drawing.py`), shown in `shown`'s window and
+        line, then offered to the pages and the other replicas."""
 
-        async def build() -> None:
-            try:
-                well = await asyncio.to_thread(build_well, *args)
-            except Exception:  # the page's drawing must never disturb the proxy: logged, left out
-                logger.exception("the live page could not draw request %d", record.seq)
-                return
+        def drawn(well: Well) -> None:
             well["seq"], well["key"] = record.seq, record.key
             well["window"], well["line"] = shown.window.window, shown.budget.limit
             if record.remote is not None:
@@ -295,6 +290,4 @@ class Records:
             if self.link is not None:
                 self.link.send({"event": "well", "well": well})
 
-        task = asyncio.get_running_loop().create_task(build())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.wells.draw(log, record.seq, conversation.request, plan, drawn)

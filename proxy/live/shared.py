@@ -15,7 +15,6 @@ replica's traffic (one warning, the shared state's), and catches up once it is b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Hashable
 from typing import Any
@@ -26,7 +25,7 @@ from proxy.live.entries import ConversationLog, Record
 from proxy.live.identity import short_name
 from proxy.live.records import Records
 from proxy.live.well import Decided
-from proxy.sharing.link import PREFIX, RETRY, SharedState
+from proxy.sharing.link import PREFIX, SharedState, stop
 
 log = logging.getLogger("proxy.shared")
 
@@ -73,13 +72,7 @@ class SharedRecords:
         self._tasks = [asyncio.create_task(task()) for task in (self._write, self._read, self._watch)]
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        with contextlib.suppress(Exception):
-            await self._flush()
+        await stop(self._tasks, self._flush)
 
     async def _flush(self) -> None:
         sending, self._outbox = self._outbox, {}
@@ -104,24 +97,12 @@ class SharedRecords:
         await self.state.write_behind(self._wake, self._flush, FLUSH_EVERY)
 
     async def _read(self) -> None:
-        while True:
-            pubsub = self.state.redis.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(CHANNEL)
-                for entry in reversed(await self.state.redis.lrange(BACKLOG, 0, -1)):
-                    self._take(entry, single=True)  # what was missed, oldest first (known ones updated)
-                while True:
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is not None:
-                        self._take(message.get("data"))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.state.failed(exc)
-                await asyncio.sleep(RETRY)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+        await self.state.listen(CHANNEL, self._catch_up, self._take)
+
+    async def _catch_up(self) -> None:
+        """What was missed, from the backlog, oldest first (known records updated)."""
+        for entry in reversed(await self.state.redis.lrange(BACKLOG, 0, -1)):
+            self._take(entry, single=True)
 
     async def _watch(self) -> None:
         """Raise the flag while a page watches here; look whether one watches anywhere."""

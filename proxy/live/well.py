@@ -77,29 +77,41 @@ def build_well(
     """The blocks and markers of one planned request (`content`: with short previews)."""
     messages: list[dict[str, Any]] = request.get("messages") or []
     result = plan.result
-    now = decided.actions()
     before = previous.actions() if previous else {}
+    well = {
+        "window": plan.window.window,
+        "line": plan.budget.limit,
+        "target": plan.budget.target,
+        "fixed": plan.budget.fixed,
+        "before": result.tokens_before,
+        "after": result.tokens_after,
+        "protected_from": result.protected_from,
+        "overflow": result.overflow,
+        "blocks": _blocks(messages, result, counter, decided.actions(), before),
+        "markers": _markers(messages, result, counter, before),
+    }
+    if content:
+        well["previews"] = [_preview(message) for message in messages]
+    return well
+
+
+def _blocks(
+    messages: list[dict[str, Any]],
+    result: CompactionResult,
+    counter: RequestCounter,
+    now: dict[int, str],
+    before: dict[int, str],
+) -> list[list[Any]]:
+    """A block a message: what it is, its tokens as sent and as forwarded, what the hammer did to it
+    (`now`) and whether it did so newly (`before`: on the request before)."""
     notes = decisions(result).notes if (result.truncated or result.capped) else {}
     names: dict[str, str] = {}  # tool call id -> tool name
     blocks: list[list[Any]] = []
-    previews: list[str] | None = [] if content else None
     leading = True
     for i, message in enumerate(messages):
         role = str(message.get("role"))
         leading = leading and role in LEADING_ROLES
-        tool = ""
-        if role == "assistant" and isinstance(calls := message.get("tool_calls"), list) and calls:
-            kind = "call"
-            called = [_call_name(call) for call in calls]
-            names.update(
-                (str(c.get("id")), n) for c, n in zip(calls, called, strict=True) if isinstance(c, dict)
-            )
-            tool = short_name(", ".join(dict.fromkeys(called)))
-        elif role == "tool":
-            kind = "result"
-            tool = short_name(names.get(str(message.get("tool_call_id")), str(message.get("name") or "")))
-        else:
-            kind = "system" if leading else role if role in ("user", "assistant") else "system"
+        kind, tool = _kind(message, role, leading, names)
         tokens = counter.message(message)
         state = now.get(i, "kept")
         if state == "dropped":
@@ -109,9 +121,26 @@ def build_well(
         else:
             after = tokens
         blocks.append([i, kind, tokens, after, state, tool, state != "kept" and before.get(i) != state])
-        if previews is not None:
-            previews.append(_preview(message))
-    markers = [
+    return blocks
+
+
+def _kind(message: dict[str, Any], role: str, leading: bool, names: dict[str, str]) -> tuple[str, str]:
+    """A message's kind and the tool it calls or answers; `names` learns each call's tool by id."""
+    if role == "assistant" and isinstance(calls := message.get("tool_calls"), list) and calls:
+        called = [_call_name(call) for call in calls]
+        names.update((str(c.get("id")), n) for c, n in zip(calls, called, strict=True) if isinstance(c, dict))
+        return "call", short_name(", ".join(dict.fromkeys(called)))
+    if role == "tool":
+        answered = names.get(str(message.get("tool_call_id")), str(message.get("name") or ""))
+        return "result", short_name(answered)
+    return ("system" if leading or role not in ("user", "assistant") else role), ""
+
+
+def _markers(
+    messages: list[dict[str, Any]], result: CompactionResult, counter: RequestCounter, before: dict[int, str]
+) -> list[dict[str, Any]]:
+    """Each run of dropped messages as the upstream received it: its marker (or summary) and size."""
+    return [
         {
             "start": m.run.start,
             "count": len(m.run),
@@ -123,21 +152,6 @@ def build_well(
         }
         for m in result.markers
     ]
-    well = {
-        "window": plan.window.window,
-        "line": plan.budget.limit,
-        "target": plan.budget.target,
-        "fixed": plan.budget.fixed,
-        "before": result.tokens_before,
-        "after": result.tokens_after,
-        "protected_from": result.protected_from,
-        "overflow": result.overflow,
-        "blocks": blocks,
-        "markers": markers,
-    }
-    if previews is not None:
-        well["previews"] = previews
-    return well
 
 
 def first_user_text(request: dict[str, Any]) -> str | None:

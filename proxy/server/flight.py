@@ -1,6 +1,7 @@
 """One request in flight (mitmproxy's `flow` is the model): built when the request is read, handed
 to every step of `pipeline.py`, each step filling in what it learns (the body, the conversation, the
-way upstream, the plan, the live page's record).
+way upstream, the plan, the live page's record); what goes upstream is asked of it (`outgoing`, the
+headers and query; `content`, the bytes).
 
 `Credentials` says which headers the request carries upstream and which the proxy's own calls made
 for it carry (probes and counts to the upstream, summaries to the upstream or another server). The
@@ -19,6 +20,7 @@ from proxy.engine.plan import ChatPlan
 from proxy.formats import Conversation, FormatRoute
 from proxy.live import Record
 from proxy.server.intake import raw_path
+from proxy.server.logs import request_id
 from proxy.settings import Settings
 from proxy.upstream.forwarding import BEARER_OR_GOOGLE_KEY, CREDENTIAL_HEADERS, Upstream, credential_headers
 from proxy.ways.base import Way
@@ -49,6 +51,18 @@ class Flight:
     def label(self) -> str:
         """Its metrics label: its format's name on a compacted route."""
         return self.route.format.name if self.compacted else PASSTHROUGH
+
+    def outgoing(self, credentials: Credentials) -> tuple[Headers, bytes]:
+        """The headers and query it goes upstream with, as its way makes them from the client's: with
+        its request id, and on a compacted route without `content-encoding` (the body was decoded)."""
+        query: bytes = self.request.scope.get("query_string", b"")
+        client = credentials.for_request(self.request, self.route.key_header)
+        headers, query = self.way.outgoing(client, query)
+        if self.compacted:
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-encoding"]
+        if b"x-request-id" not in {k.lower() for k, _ in headers}:
+            headers.append((b"x-request-id", request_id.get().encode()))
+        return headers, query
 
     def content(self) -> bytes:
         """What goes upstream: the way's bytes for the plan, or the bytes as they came."""

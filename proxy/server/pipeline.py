@@ -44,7 +44,6 @@ from proxy.server.intake import (
     read_json_body,
     until_disconnect,
 )
-from proxy.server.logs import request_id
 from proxy.server.parts import Parts
 from proxy.server.remote_compaction import RemoteCompaction
 from proxy.upstream.overflow import OVERFLOW_STATUSES, parse_overflow
@@ -254,21 +253,14 @@ class Pipeline:
     async def send(self, flight: Flight) -> httpx.Response:
         """Send over the flight's way (its path, query and headers); the response comes back with
         its body unread."""
-        parts, way, request = self.parts, flight.way, flight.request
+        parts, way = self.parts, flight.way
         check_path(way.path)
-        query: bytes = request.scope.get("query_string", b"")
-        headers, query = way.outgoing(parts.credentials.for_request(request, flight.route.key_header), query)
-        if flight.compacted:  # a compacted route's body is read decoded, and sent so
-            headers = [(k, v) for k, v in headers if k.lower() != b"content-encoding"]
-        if b"x-request-id" not in {k.lower() for k, _ in headers}:
-            headers.append((b"x-request-id", request_id.get().encode()))
+        headers, query = flight.outgoing(parts.credentials)
         url = parts.upstream.url(way.path, query, from_root=way.from_root)
-        content = await parts.bodies.run(
-            flight.raw, flight.content
-        )  # a large body's written back off the loop
+        content = await parts.bodies.run(flight.raw, flight.content)  # a large one written off the loop
         started = time.perf_counter()
         try:
-            response = await parts.upstream.open(request.method, url, headers, content)
+            response = await parts.upstream.open(flight.request.method, url, headers, content)
         except ProxyError as exc:
             parts.metrics.upstream_errors.labels(exc.code or "error").inc()
             raise

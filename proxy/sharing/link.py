@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Hashable
@@ -51,6 +52,18 @@ def _key_from_json(text: str) -> Hashable:
 
     result: Hashable = tupled(orjson.loads(text))
     return result
+
+
+async def stop(tasks: list[asyncio.Task[None]], flush: Callable[[], Awaitable[None]]) -> None:
+    """Stop a user of the link: its background tasks cancelled and waited for, then what it still
+    holds sent (`flush`), if Redis is there."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    with contextlib.suppress(Exception):
+        await flush()
 
 
 class Companion(Protocol):
@@ -99,13 +112,7 @@ class SharedState:
     async def close(self) -> None:
         for companion in self._companions:
             await companion.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        with contextlib.suppress(Exception):
-            await self._flush()  # the last news, if Redis is there
+        await stop(self._tasks, self._flush)
         with contextlib.suppress(Exception):
             await self.redis.aclose()
 
@@ -176,20 +183,33 @@ class SharedState:
             log.debug("ignored a shared entry %r: %s", key, exc)
 
     async def _read(self) -> None:
+        await self.listen(CHANNEL, self._reload, self._receive, every=self.refresh)
+
+    async def listen(
+        self,
+        channel: str,
+        catch_up: Callable[[], Awaitable[None]],
+        receive: Callable[[Any], None],
+        *,
+        every: float = math.inf,
+    ) -> None:
+        """Hand each message on `channel` to `receive`, after `catch_up` (what a lost message or an
+        outage missed) on each connection and every `every` seconds; when Redis fails, warn once and
+        connect again every `RETRY` seconds."""
         while True:
             pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(CHANNEL)
-                await self._reload()
+                await pubsub.subscribe(channel)
+                await catch_up()
                 self.recovered()
-                reloaded = time.monotonic()
+                caught_up = time.monotonic()
                 while True:
                     message = await pubsub.get_message(timeout=1.0)
                     if message is not None:
-                        self._receive(message.get("data"))
-                    if time.monotonic() - reloaded > self.refresh:
-                        await self._reload()
-                        reloaded = time.monotonic()
+                        receive(message.get("data"))
+                    if time.monotonic() - caught_up > every:
+                        await catch_up()
+                        caught_up = time.monotonic()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

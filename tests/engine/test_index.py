@@ -8,7 +8,8 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from proxy.engine.index import TOOL_ROLES, ConversationIndex
+from proxy.engine.index import ConversationIndex
+from proxy.engine.reading import TOOL_ROLES
 from tests.support.invariants import count
 
 IDS = ("a", "b", "c")

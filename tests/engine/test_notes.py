@@ -22,9 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.counting.estimator import estimate_text_tokens
+from proxy.counting.modes import Counting
 from proxy.engine.caps import cap_text
 from proxy.engine.notes import NOTE_PREFIX, build_note, note_without_facts
+from proxy.planning.counters import text_counter
 from tests.support.upstreams.faulty import FaultyUpstream, serve_in_thread
 from tests.support.upstreams.proxy_server import running_proxy
 
@@ -126,13 +127,13 @@ def test_notes_are_byte_stable(text: str) -> None:
 # The real process: a 1 MB adversarial old tool result, and /healthz from another client meanwhile.
 
 ONE_MB = 1_000_000
-LOG_LINES = 8_000  # about 350 KB
+LOG_LINES = 2_000  # about 80 KB: noting the old result alone brings the chat under the target
 
 
 def agent_chat(result: str) -> list[dict[str, Any]]:
     """A chat whose first exchange read a huge result (under the line then, so kept whole) and whose
     later turns read a big log: by then two requests came after that result, so it is old (out of
-    the protected recent turns) and becomes a note."""
+    the protected recent turns) and, with only the last result kept whole, becomes a note."""
     call = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "make"}'}}
     test = {"id": "call_2", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "test"}'}}
     log = "".join(f"tests/test_{k}.py::test_case_{k} PASSED\n" for k in range(LOG_LINES))
@@ -160,9 +161,12 @@ def upstream() -> Iterator[FaultyUpstream]:
 
 def window_for(result: str) -> int:
     """A window whose line (0.8 of it) the huge result stays under when it comes, and the chat crosses
-    once the log follows, by the proxy's own estimate: so the result is kept, then noted."""
+    once the log follows, by what the proxy counts an unnamed model's text with (the heaviest of its
+    four vocabularies): so the result is kept, then noted. (By the estimate, 1 MB of capitals is
+    250,000 tokens; every vocabulary merges the run into a tenth of that, and the chat fitted.)"""
+    count = text_counter(Counting.HEAVIEST)
     log = next(m["content"] for m in agent_chat("") if m.get("tool_call_id") == "call_2")
-    return int((estimate_text_tokens(result) + 300 + estimate_text_tokens(log) / 2) / 0.8)
+    return int((count(result) + 300 + count(log) / 2) / 0.8)
 
 
 # Another client, in its own process (so the test's own threads do not hold it up): it asks /healthz
@@ -195,7 +199,12 @@ def run_through_proxy(upstream: FaultyUpstream, result: str) -> Run:
     body = json.dumps({"model": "m", "messages": agent_chat(result)}).encode()
     headers = {"content-type": "application/json"}
     url = f"http://127.0.0.1:{upstream.port}/v1"
-    with running_proxy(url, window_for(result)) as proxy, httpx.Client(base_url=proxy.base_url) as client:
+    # Only the latest result kept whole: of the chat's two, the huge one is old enough to be noted.
+    recent = {"keep_recent_tool_results": "1"}
+    with (
+        running_proxy(url, window_for(result), **recent) as proxy,
+        httpx.Client(base_url=proxy.base_url) as client,
+    ):
         warm = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         assert client.post("/v1/chat/completions", json=warm).status_code == 200
         poller = subprocess.Popen(

@@ -18,7 +18,8 @@ from proxy.engine.plan import Body, ChatPlan
 from proxy.engine.refusal import Refusal
 from proxy.errors import ContextOverflowError
 from proxy.formats import ROUTES, Conversation, FormatRoute, RouteTable
-from proxy.formats.base import Part, rebuild, rewrite_items, source_field, sse_error_event
+from proxy.formats.base import rebuild, rewrite_items, source_field, sse_error_event
+from proxy.formats.sources import Part
 from proxy.server.app import create_app
 from tests.support.fakes import ClosingStream, RecordingUpstream, make_settings, sse_chunks
 

@@ -15,11 +15,12 @@ from pydantic import ValidationError
 
 from proxy.engine.plan import plan_chat
 from proxy.formats import Conversation
+from proxy.live.drawing import WELLS_AT_ONCE
 from proxy.live.events import EventStream
 from proxy.live.identity import MAX_NAME_CHARS, short_name
 from proxy.live.owners import EVERYTHING, Owners, Sight
 from proxy.live.pages import Page, Pages
-from proxy.live.records import WELLS_AT_ONCE, Records
+from proxy.live.records import Records
 from proxy.live.well import PREVIEW_CHARS, PREVIEW_SCAN, _text_start, first_user_text
 from proxy.planning.planner import Planner
 from tests.support.fakes import make_settings
@@ -211,8 +212,8 @@ def test_under_a_flood_at_most_a_few_wells_are_built_at_once() -> None:
         assert page
         for n in range(3 * WELLS_AT_ONCE):
             add(records, ALICE, f"request {n}")
-        assert len(records._tasks) == WELLS_AT_ONCE
-        await asyncio.gather(*records._tasks)
+        assert len(records.wells.under_way) == WELLS_AT_ONCE
+        await asyncio.gather(*records.wells.under_way)
         kinds = [chunk.split(b"\n")[0] for chunk in page.backlog]
         assert kinds.count(b"event: record") == 3 * WELLS_AT_ONCE
         assert kinds.count(b"event: well") == WELLS_AT_ONCE

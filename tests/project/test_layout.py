@@ -4,8 +4,9 @@ of `proxy/` it tests (`tests/engine/` for `proxy/engine/`, `tests/test_settings.
 `tests/llama/`, ...), checks of the repository as a whole in `tests/project/`. A plain `pytest`
 skips the tier folders unread, so a whole-tier file left among the fast ones costs every run its
 imports. And every module of `proxy/` where its part of the picture is: each folder's role (below)
-checked on what its modules import and define, each failure saying where the code goes. And every
-benchmark in the group of what it measures, none at the top of `benchmarks/`."""
+checked on what its modules import and define, each failure saying where the code goes, and each
+module and function small enough to read whole. And every benchmark in the group of what it
+measures, none at the top of `benchmarks/`."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.support.folders import (
     misplaced_import,
     missing_seam,
     names_seams,
+    oversized,
     unregistered,
     unrouted,
 )
@@ -226,6 +228,31 @@ def test_the_seam_and_route_checks_say_what_is_missing() -> None:
     assert "registers itself" in (unregistered("carrier_pigeon", "") or "")
     assert "on no route row" in (unrouted("proxy.formats.unrouted", Unrouted) or "")
     assert unrouted("proxy.formats.chat", ChatCompletions) is None
+
+
+# ---------------------------------------------------------------- each module of proxy/ small enough to read whole
+
+
+def test_no_module_of_proxy_is_over_300_lines_nor_any_function_over_60() -> None:
+    bad = [why for path in MODULES for why in oversized(path, path.read_text())]
+    assert bad == [], "\n".join(bad)
+
+
+def test_the_size_check_names_the_file_and_the_function() -> None:
+    path = PROXY / "live" / "records.py"
+    method = "class Records:\n    @property\n    def add(self) -> None:\n" + "        pass\n" * 59
+    assert oversized(path, method) == [
+        "proxy/live/records.py:3 Records.add is 61 lines (at most 60): let it read as its steps, the helpers beside it"
+    ]
+    assert oversized(path, method.replace("        pass\n", "", 1)) == []
+    nested = "def build():\n    async def drawn():\n" + "        pass\n" * 60
+    assert [why.split(" is ")[0] for why in oversized(path, nested)] == [
+        "proxy/live/records.py:1 build",
+        "proxy/live/records.py:2 build.<locals>.drawn",
+    ]
+    assert oversized(path, "x = 1\n" * 301) == [
+        "proxy/live/records.py is 301 lines (at most 300): split it along a seam, one job a module"
+    ]
 
 
 # ---------------------------------------------------------------- each benchmark in the group of what it measures

@@ -17,6 +17,9 @@ folder:
   and the bridges compares a format's name (it asks the format object) or asks a seam's member
   by name (`getattr(wire, "context_report")`).
 
+And every module small (`oversized`): at most 300 lines, a module to a job, and no function over 60,
+each reading as its steps (issue 39's sizes).
+
 The engine and counting are pure: `tests/project/test_layers.py`.
 """
 
@@ -26,13 +29,14 @@ import ast
 import dataclasses
 import importlib
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
 
 from proxy.formats import ROUTES
 from proxy.formats.base import WireFormat
 from proxy.ways.base import Way
 from proxy.ways.choice import Bridge
-from tests.support.modules import PROXY, module_name, where
+from tests.support.modules import BODIES, PROXY, module_name, where
 
 COMMANDS = ("proxy.cli", "proxy.stub", "proxy.demo", "proxy.run", "proxy.__main__")
 HTTP_LAYER = {"uvicorn", "httptools", "h11", "websockets"}
@@ -42,6 +46,8 @@ REQUEST_PATH = ("server", "ways", "bodies", "connections")
 BRIDGES = tuple(sorted(p.parent.name for p in (PROXY / "ways").glob("*/__init__.py")))
 FORMAT_NAMES = {route.format.name for route in ROUTES}
 SEAM_HOLDERS = ("wire", "format", "way", "bridge")  # what the core calls a format, a way, a bridge
+MAX_MODULE_LINES = 300
+MAX_FUNCTION_LINES = 60
 
 
 def folder(module: str) -> str:
@@ -156,3 +162,41 @@ def unrouted(module: str, cls: type) -> str | None:
     if any(type(route.format) is cls for route in ROUTES):
         return None
     return f"{module}.{cls.__name__} is a wire format on no route row: add its FormatRoute to proxy/formats/routes.py"
+
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def oversized(path: Path, source: str) -> list[str]:
+    """Where a module of `proxy/` is larger than the house's sizes: over `MAX_MODULE_LINES` lines, or
+    with a function or method over `MAX_FUNCTION_LINES` (from its `def`, or its first decorator, to
+    its last line), each named by its file, line and qualified name."""
+    found = []
+    lines = len(source.splitlines())
+    if lines > MAX_MODULE_LINES:
+        found.append(
+            f"{where(path)} is {lines} lines (at most {MAX_MODULE_LINES}): split it along a seam, "
+            "one job a module"
+        )
+    for name, node in functions(ast.parse(source)):
+        length = node.end_lineno - min([node.lineno, *(d.lineno for d in node.decorator_list)]) + 1
+        if length > MAX_FUNCTION_LINES:
+            found.append(
+                f"{where(path)}:{node.lineno} {name} is {length} lines (at most {MAX_FUNCTION_LINES}): "
+                "let it read as its steps, the helpers beside it"
+            )
+    return found
+
+
+def functions(node: ast.AST, prefix: str = "") -> Iterator[tuple[str, Function]]:
+    """Every function and method in `node`'s statements, nested ones too, with its qualified name
+    (`Metrics.__init__`, `Records._draw_well.<locals>.drawn`)."""
+    for field in BODIES:
+        for child in getattr(node, field, ()):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                yield prefix + child.name, child
+                yield from functions(child, f"{prefix}{child.name}.<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                yield from functions(child, f"{prefix}{child.name}.")
+            else:
+                yield from functions(child, prefix)
