@@ -31,6 +31,7 @@ from tests.support.health import (
     anthropic_message,
     parse_time,
     responsive_during,
+    rss_limit_kb,
     upstream_and_proxy,
 )
 from tests.support.hostile import (
@@ -390,7 +391,7 @@ def loop_with_result(result: str) -> bytes:
 @pytest.mark.process
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_7_many_distinct_large_results_at_a_1m_window_stay_under_300_mb() -> None:
+def test_7_many_distinct_large_results_at_a_1m_window_add_little_to_the_idle_rss() -> None:
     """Each request's latest tool result is a distinct 4.4 MB log, capped to about the 1M window:
     the cap memo kept each capped text (3.5 MB) up to 4,096 of them."""
     with upstream_and_proxy(COMPACT_WINDOW="1000000", COMPACT_KEEP_RECENT_TURNS="1") as (hostile, proxy):
@@ -405,8 +406,9 @@ def test_7_many_distinct_large_results_at_a_1m_window_stay_under_300_mb() -> Non
         rss_mb = proxy.rss_kb() / 1024
     print(f"row 7: RSS {start_kb / 1024:.0f} -> {rss_mb:.0f} MB, notes memo {memo_bytes / 2**20:.1f} MiB")
     assert memo_bytes <= 64 * 1024 * 1024
-    assert rss_mb < 300, (
-        f"RSS {rss_mb:.0f} MB after 90 distinct 4.4 MB results (from {start_kb / 1024:.0f} MB)"
+    limit_mb = rss_limit_kb(proxy) / 1024  # the issue's 300 MB against an idle 71: what it may add
+    assert rss_mb < limit_mb, (
+        f"RSS {rss_mb:.0f} MB after 90 distinct 4.4 MB results (from {start_kb / 1024:.0f} MB, limit {limit_mb:.0f})"
     )
 
 
