@@ -15,6 +15,7 @@ suite leaves these out and the full `scripts/test.sh` runs them.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import threading
@@ -30,6 +31,7 @@ import pytest
 
 from proxy.counting.tokenizers import load_text_counter
 from proxy.counting.tokens import MESSAGE_OVERHEAD, REPLY_PRIMER, text_of
+from proxy.planning.local_count import TEMPLATE_FACTOR
 from tests.support.pastes import RESERVE, WINDOW, paste, real_size
 from tests.support.processes import free_port
 from tests.support.upstreams.chats import TOOLS, support_chat
@@ -241,10 +243,15 @@ def test_sigterm_lets_an_open_stream_finish_then_exits_0(image: str, upstream: F
 
 def test_a_model_named_for_a_bundled_vocabulary_is_counted_exactly_without_a_network(image: str) -> None:
     """Llama 3.1 by its Ollama name, in a container with no network at all: the dry run's count is
-    Meta's tokenizer's, to the token (the vocabulary is a file in the image, nothing is fetched)."""
+    Meta's tokenizer's, to the token, with the template's share (the vocabulary is a file in the
+    image, nothing is fetched)."""
     messages = paste("Chinese", 0.7)
     llama3 = load_text_counter("llama3")
-    exact = sum(llama3(text_of(m["content"])) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMER
+    # Each message's count by the vocabulary, and the 2% the proxy adds for the chat template around
+    # it (`TEMPLATE_FACTOR`), rounded up a message at a time as the proxy does.
+    exact = sum(
+        math.ceil((llama3(text_of(m["content"])) + MESSAGE_OVERHEAD) * TEMPLATE_FACTOR) for m in messages
+    ) + math.ceil(REPLY_PRIMER * TEMPLATE_FACTOR)
     request = orjson.dumps({"model": "llama3.1:8b", "messages": messages})
     post = (
         "import sys, urllib.request; "
