@@ -177,9 +177,9 @@ def test_a_weighty_body_is_parsed_in_a_child_process_and_a_light_one_here(
     calls: list[bool] = []
     original = split_parse.assemble
 
-    def assembled(piece: Any, exact: bool, data: bytes = b"") -> Any:
+    def assembled(piece: Any, exact: bool, data: bytes = b"", shared: Any = None) -> Any:
         calls.append(exact)
-        return original(piece, exact, data)
+        return original(piece, exact, data, shared)
 
     monkeypatch.setattr(split_parse, "assemble", assembled)  # here: the pieces the child sent
 
