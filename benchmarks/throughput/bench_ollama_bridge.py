@@ -17,11 +17,10 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 
-from tests.support.processes import free_port
+from tests.support.processes import ROOT, child_environment, free_port
 from tests.support.upstreams.proxy_server import running_proxy
 
 BODY = {
@@ -46,8 +45,8 @@ def main() -> None:
     args = parser.parse_args()
     args.requests = args.requests or (200 if args.quick else 1500)
     port = free_port()
-    root = Path(__file__).resolve().parent.parent  # `python -c` imports `tests` from its cwd
-    fake = subprocess.Popen([sys.executable, "-c", FAKE.format(port=port)], cwd=root)
+    # `python -c` imports `tests`: the checkout first on its path, as every child of the tests has it
+    fake = subprocess.Popen([sys.executable, "-c", FAKE.format(port=port)], cwd=ROOT, env=child_environment())
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url)
