@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from proxy.bodies.heap import huge_body_out
+
 T = TypeVar("T")
 
 OFFLOAD_SWITCH_INTERVAL = 0.0005  # seconds
@@ -71,21 +73,22 @@ class Offloader:
             gc.collect()
             gc.freeze()
 
-    def release(self, containers: list[Any]) -> None:
+    def release(self, containers: list[Any], *, huge: bool = False) -> None:
         """Free a large request's containers (its parsed body, its neutral messages) in a worker
         thread, a few objects at a time: freed at once, on the loop, a million objects take 0.3 s
         here. The caller hands over its last references (`containers` is then only this one's).
         Run as other offloaded work, under the short switch interval: at Python's 5 ms the loop
         waited 10 ms for each step it took meanwhile."""
-        task = asyncio.ensure_future(self.run(dismantle, containers))
+        task = asyncio.ensure_future(self.run(dismantle, containers, huge))
         self._releasing.add(task)  # kept until done: the loop holds tasks only weakly
         task.add_done_callback(self._releasing.discard)
 
 
-def dismantle(stack: list[Any]) -> None:
+def dismantle(stack: list[Any], huge: bool = False) -> None:
     """Take apart the lists and dicts of `stack` that nothing else refers to, one at a time, so that
     freeing them is many short steps between which other threads run; a container something else
-    still refers to is only let go of (its other owner frees it)."""
+    still refers to is only let go of (its other owner frees it). After a `huge` body, what was
+    freed is given back to the system (`heap`)."""
     while stack:
         item = stack.pop()
         kind = type(item)
@@ -93,3 +96,5 @@ def dismantle(stack: list[Any]) -> None:
             stack.extend(item.values() if kind is dict else item)
             item.clear()
         del item
+    if huge:
+        huge_body_out()

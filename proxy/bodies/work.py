@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from proxy.bodies.heap import huge_body_in
 from proxy.bodies.jsonbody import parse_json_object
 from proxy.bodies.offload import Offloader
 from proxy.bodies.split_parse import SPLIT_PARSER, SplitParser
@@ -20,6 +21,9 @@ from proxy.bodies.split_parse import SPLIT_PARSER, SplitParser
 T = TypeVar("T")
 
 LARGE_BYTES = 1024 * 1024
+# A body around which glibc's heap is managed (`heap`): large blocks mapped apart while it is in the
+# process, the memory given back after (walking the heap costs a millisecond or two).
+HUGE_BYTES = 8 * 1024 * 1024
 LARGE_OBJECTS = 2_000  # as many messages make the planner work off the loop (`planner.OFFLOAD_ITEMS`)
 
 
@@ -44,6 +48,8 @@ class Bodies:
     async def parse(self, raw: bytes) -> dict[str, Any]:
         """The JSON object of `raw` (`parse_json_object`); a large one parsed off the loop."""
         if is_large(raw):
+            if len(raw) >= HUGE_BYTES:
+                huge_body_in()  # and out when `release` has freed it
             return await self.parser.parse(raw, self.offloader)
         return parse_json_object(raw)
 
@@ -57,4 +63,4 @@ class Bodies:
         """After the answer: a large body's containers (its parsed body, its neutral messages) freed in
         a worker thread, a few objects at a time (`Offloader.release`); a small one's as usual."""
         if is_large(raw):
-            self.offloader.release(containers)
+            self.offloader.release(containers, huge=len(raw) >= HUGE_BYTES)

@@ -25,7 +25,7 @@ from proxy.formats import FormatRoute, Passthrough, RouteTable
 from proxy.gateway.routes import Gateway
 from proxy.live.routes import add_routes as add_live_page
 from proxy.metrics import Metrics
-from proxy.server.collector import tune_allocator, tune_collector
+from proxy.server.collector import tune_collector
 from proxy.server.dry_run import dry_run, dry_run_for
 from proxy.server.intake import raw_path
 from proxy.server.middleware import CountRequests, RequestId, RequireApiKey
@@ -192,5 +192,4 @@ def app_from_env() -> FastAPI:
     settings = Settings(_env_file=env_file) if env_file else Settings()  # type: ignore[call-arg]
     app = create_app(settings)
     tune_collector()  # a serving process's own settings (tests build apps in their own processes)
-    tune_allocator()
     return app
