@@ -9,7 +9,9 @@ settled at 171 MB RSS, 110 MB with the threshold held). But a threshold held at 
 its heap: 1 ms of CPU in 9 for `/compact` on 2,000 messages. So it is held only while a huge body
 is in the process (`huge_body_in`), and once the last one is freed its heap's free pages are given
 back (`huge_body_out`: `malloc_trim`) and both thresholds set where glibc's own would have grown.
-Where the C library is not glibc, nothing is done.
+A huge body whose request ended without its objects being released that way (refused, answered by
+the proxy, forwarded as it came) is let go of at the next quiet minute (`settle`, from the
+offloader's full collection). Where the C library is not glibc, nothing is done.
 """
 
 from __future__ import annotations
@@ -58,8 +60,23 @@ def huge_body_out() -> None:
     global _huge_bodies
     with _lock:
         _huge_bodies = max(0, _huge_bodies - 1)
-        if _huge_bodies or _mallopt is None or _malloc_trim is None:
-            return
-        _malloc_trim(0)
-        _mallopt(M_TRIM_THRESHOLD, GROWN_TRIM_THRESHOLD)
-        _mallopt(M_MMAP_THRESHOLD, GROWN_MMAP_THRESHOLD)
+        if not _huge_bodies:
+            _give_back()
+
+
+def settle() -> None:
+    """No large work has run for a while: any huge body still counted in is gone (its request ended
+    without `huge_body_out`), so its memory is given back too."""
+    global _huge_bodies
+    with _lock:
+        if _huge_bodies:
+            _huge_bodies = 0
+            _give_back()
+
+
+def _give_back() -> None:
+    if _mallopt is None or _malloc_trim is None:
+        return
+    _malloc_trim(0)
+    _mallopt(M_TRIM_THRESHOLD, GROWN_TRIM_THRESHOLD)
+    _mallopt(M_MMAP_THRESHOLD, GROWN_MMAP_THRESHOLD)

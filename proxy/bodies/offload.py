@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from proxy.bodies.heap import huge_body_out
+from proxy.bodies.heap import huge_body_out, settle
 
 T = TypeVar("T")
 
@@ -72,6 +72,7 @@ class Offloader:
             gc.unfreeze()
             gc.collect()
             gc.freeze()
+            settle()
 
     def release(self, containers: list[Any], *, huge: bool = False) -> None:
         """Free a large request's containers (its parsed body, its neutral messages) in a worker

@@ -41,3 +41,17 @@ def test_an_unmatched_release_does_not_let_go_of_a_body_still_in(calls: list[tup
     heap.huge_body_out()  # nothing in: nothing held, the heap trimmed as after any last huge body
     heap.huge_body_in()
     assert calls[-1] == ("mallopt", heap.M_MMAP_THRESHOLD, 128 * 1024)
+
+
+def test_a_huge_body_never_released_is_let_go_of_at_the_next_quiet_minute(
+    calls: list[tuple[Any, ...]],
+) -> None:
+    heap.huge_body_in()  # its request refused: no release follows
+    heap.settle()
+    assert calls[1:] == [
+        ("trim", 0),
+        ("mallopt", heap.M_TRIM_THRESHOLD, 64 * 1024 * 1024),
+        ("mallopt", heap.M_MMAP_THRESHOLD, 32 * 1024 * 1024),
+    ]
+    heap.settle()  # nothing in: nothing more
+    assert len(calls) == 4
