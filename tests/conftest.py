@@ -110,7 +110,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """The workers of pyproject's `-n auto`: a plain `pytest` (the whole fast tier, some 1,200 small
-    in-process tests) runs on one per core, up to 4 (14 s instead of 22 on two cores); a run of a
+    in-process tests) runs on one per core, up to 4 (22-24 s instead of 38 on two cores); a run of a
     tier, of chosen files or `--co` runs in this process, since starting workers would cost it more
     than they save and the tiers' servers are started once per session."""
     plain = config.args_source is pytest.Config.ArgsSource.TESTPATHS and not config.option.collectonly
