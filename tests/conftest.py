@@ -109,7 +109,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """The workers of pyproject's `-n auto`: a plain `pytest` (the whole fast tier, some 1,200 small
+    """The workers of pyproject's `-n auto`: a plain `pytest` (the whole fast tier, some 1,600 small
     in-process tests) runs on one per core, up to 4 (22-24 s instead of 38 on two cores); a run of a
     tier, of chosen files or `--co` runs in this process, since starting workers would cost it more
     than they save and the tiers' servers are started once per session."""
