@@ -27,6 +27,11 @@ HUGE_BYTES = 8 * 1024 * 1024
 LARGE_OBJECTS = 2_000  # as many messages make the planner work off the loop (`planner.OFFLOAD_ITEMS`)
 
 
+def is_huge(raw: bytes) -> bool:
+    """Whether glibc's heap is managed around the body `raw` (`heap`): in when parsed, out when freed."""
+    return len(raw) >= HUGE_BYTES
+
+
 def is_large(raw: bytes) -> bool:
     """Whether the body `raw` is worked on off the loop (its objects counted as its `{`: well under
     a millisecond for a body under `LARGE_BYTES`)."""
@@ -48,7 +53,7 @@ class Bodies:
     async def parse(self, raw: bytes) -> dict[str, Any]:
         """The JSON object of `raw` (`parse_json_object`); a large one parsed off the loop."""
         if is_large(raw):
-            if len(raw) >= HUGE_BYTES:
+            if is_huge(raw):
                 huge_body_in()  # and out when `release` has freed it
             return await self.parser.parse(raw, self.offloader)
         return parse_json_object(raw)
@@ -63,4 +68,4 @@ class Bodies:
         """After the answer: a large body's containers (its parsed body, its neutral messages) freed in
         a worker thread, a few objects at a time (`Offloader.release`); a small one's as usual."""
         if is_large(raw):
-            self.offloader.release(containers, huge=len(raw) >= HUGE_BYTES)
+            self.offloader.release(containers, huge=is_huge(raw))

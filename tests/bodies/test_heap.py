@@ -37,7 +37,7 @@ def test_the_threshold_is_held_while_huge_bodies_are_in_and_given_back_after_the
     ]
 
 
-def test_an_unmatched_release_does_not_let_go_of_a_body_still_in(calls: list[tuple[Any, ...]]) -> None:
+def test_a_release_with_nothing_in_leaves_the_next_huge_body_held(calls: list[tuple[Any, ...]]) -> None:
     heap.huge_body_out()  # nothing in: nothing held, the heap trimmed as after any last huge body
     heap.huge_body_in()
     assert calls[-1] == ("mallopt", heap.M_MMAP_THRESHOLD, 128 * 1024)
